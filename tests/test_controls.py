@@ -21,7 +21,7 @@ from imapmig.job.machine import JobMachines
 from imapmig.progress import JobState
 from imapmig.schedule.controls import IJobControls
 from imapmig.schedule.grants import JOB_SLOTS, ConnectionGrants, JobConnections
-from imapmig.queue import QueueCounts, QueueState, Requested
+from imapmig.queue import JobClaim, JobOutcome, QueueCounts, QueueState, Requested
 from imapmig.queue.memory import InMemoryJobQueue
 from imapmig.schedule.scheduler import JobQueueService
 from imapmig.state import MessageOutcome, Transition
@@ -625,6 +625,62 @@ class RetryFailedWithAJobTests(SynchronousTestCase):
         # Let the last session's LOGOUT be answered.
         h.endpoint.pump()
         h.finish()
+
+    def heldWhileBackingOff(self, control: str, held: QueueState) -> None:
+        """
+        A job backing off (its destination refuses connections) given
+        C{control}: its run ends stopped, not failed, and the queue holds
+        it C{held}; its end line says so.
+        """
+        h = JobHarness(self, refuseConnections=range(100))
+        populate(h.source, h.source.addFolder("INBOX"), 1)
+        progress = MigrationProgress(h.clock.seconds)
+        h.progress = progress.addJob(JOB)
+        queue = InMemoryJobQueue([jobConfig(JOB, USER)], h.clock.seconds)
+        outcomes: list[JobOutcome] = []
+        finish = queue.finish
+
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
+            outcomes.append(outcome)
+            finish(claim, outcome, notBefore)
+
+        queue.finish = finishing  # type: ignore[method-assign]
+        service = JobQueueService(
+            queue, ConnectionGrants(1, {}),
+            lambda config, connections: h.job(machine=service.machines.job(JOB)),
+            progress, h.clock, lambda ok: None, store=h.store,
+        )  # fmt: skip
+        service.startService()
+        h.settle()
+        self.assertEqual(h.progress.state, JobState.BACKING_OFF)
+        with capturedLogs() as events:
+            self.successResultOf(getattr(service.controls, control)(JOB, ADMIN))
+            h.settle()
+        self.assertEqual(outcomes, [JobOutcome.STOPPED])
+        self.assertEqual(queue.state(JOB), held)
+        ends = [e["outcome"] for e in events if e.get("job") == JOB and "outcome" in e]
+        self.assertEqual(ends, ["stopped"])
+        self.assertEqual([e for e in events if e["log_level"].name in ("error", "critical")], [])
+        stopping = service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        h.endpoint.pump()
+        self.assertEqual(h.clock.getDelayedCalls(), [])
+
+    def test_cancelWhileBackingOff(self) -> None:
+        """
+        Cancelled while it backs off, a job's run ends stopped: the queue
+        holds it cancelled (a fleet's queue made it failed, and its end
+        line said "failed ... ended by an internal error").
+        """
+        self.heldWhileBackingOff("cancel", QueueState.CANCELLED)
+
+    def test_pauseWhileBackingOff(self) -> None:
+        """
+        Paused while it backs off, a job's run ends stopped: the queue
+        holds it paused.
+        """
+        self.heldWhileBackingOff("pause", QueueState.PAUSED)
 
     def waitUntil(self, h: JobHarness, condition: Callable[[], bool]) -> None:
         """

@@ -360,6 +360,43 @@ class StartCheckTests(ClusterMixin, SynchronousTestCase):
             store.close()
 
 
+class FleetReportTests(ClusterMixin, SynchronousTestCase):
+    """
+    C{imapmig report} on a fleet's database.
+    """
+
+    def setUp(self) -> None:
+        self.startCluster(self)
+
+    def test_queueHolds(self) -> None:
+        """
+        A job the fleet's queue holds paused or cancelled (its row's state:
+        a fleet keeps no row of C{job_holds}) is reported held, by whom and
+        when its last change of state says.  (The report said "0 held" and
+        counted a paused job done and a cancelled one failed.)
+        """
+        config = self.config()
+        checkDatabase(config)
+        self.assertEqual(cli.main(["state", "load-jobs", "--config", config.path], out=io.StringIO()), 0)
+        self.sql("UPDATE imapmig_queue.jobs SET state = 'paused' WHERE name = 'a'")
+        self.sql(
+            "INSERT INTO imapmig.job_transitions (job, seq, time, source, target, cause, by)"
+            " VALUES ('a', 1, 1796600000, 'stopping', 'paused', 'paused by the admin', '192.0.2.7')"
+        )
+        out = io.StringIO()
+        self.assertEqual(cli.main(["report", "--config", config.path], out=out), 0)
+        self.assertIn("  paused by 192.0.2.7 at 2026-12-06T", out.getvalue())
+        self.assertIn("1 held (1 paused, 0 cancelled)", out.getvalue())
+        self.sql("UPDATE imapmig_queue.jobs SET state = 'cancelled' WHERE name = 'a'")
+        out = io.StringIO()
+        self.assertEqual(cli.main(["report", "--config", config.path], out=out), 1)
+        self.assertIn("1 held (0 paused, 1 cancelled)", out.getvalue())
+        self.sql("UPDATE imapmig_queue.jobs SET state = 'queued' WHERE name = 'a'")
+        out = io.StringIO()
+        self.assertEqual(cli.main(["report", "--config", config.path], out=out), 0)
+        self.assertIn("0 held (0 paused, 0 cancelled)", out.getvalue())
+
+
 class OpenFleetStateTests(ClusterMixin, SynchronousTestCase):
     """
     L{openFleetState}: the store and the fleet's job queue a daemon runs

@@ -29,6 +29,7 @@ from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job import JobSettings, MigrationJob, RetryPolicy
 from imapmig.job.migration import connectionsWorthOpening
+from imapmig.job.inputs import JobInputs
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, UnreadableMessage
 from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources import IMessageSource
@@ -366,17 +367,18 @@ class JobHarness:
         retry: RetryPolicy = RetryPolicy(),
         sendDeadline: SendDeadline | None = None,
         takeover: float | None = None,
+        machine: JobInputs | None = None,
     ) -> MigrationJob:
         """
         A job copying the source into the account (its backoff without
-        jitter); C{takeover}: see L{MigrationJob}.
+        jitter); C{takeover}, C{machine}: see L{MigrationJob}.
         """
 
         openDestination = memoryOpener(self.endpoint, self.clock, password)
         return MigrationJob(
             JOB, self.source, self.store, self.progress, openDestination, self.clock, settings,
             identity=identity, eightBit=eightBit, retry=retry, jitter=lambda: 0.0,
-            sendDeadline=sendDeadline, takeover=takeover,
+            sendDeadline=sendDeadline, takeover=takeover, machine=machine,
         )  # fmt: skip
 
     def start(self, job: MigrationJob) -> Deferred[bool]:

@@ -232,13 +232,33 @@ class RunRetriesTests(SynchronousTestCase):
 
     def test_stoppedWhileWaiting(self) -> None:
         """
-        A job stopped while it backs off does not attempt again.
+        A job stopped while it backs off (its run's stop asked, then its
+        machine stopped, as a run's cancellation does) does not attempt
+        again.
         """
         retries = self.retries(RetryPolicy(initialDelay=5.0))
         waiting = self.afterFailure(retries, ConnectionLost("lost"))
+        self.stop.requested = True
         self.lifecycle.stop()
         self.assertFalse(self.successResultOf(waiting))
         self.assertIs(self.progress.state, JobState.STOPPED)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_heldWhileWaiting(self) -> None:
+        """
+        A job paused by a control while it backs off (its machine moved,
+        its run not yet told) does not attempt again, and its run's stop
+        is marked asked: the run ends stopped, not failed; it ends once
+        the machine's transition has returned.
+        """
+        retries = self.retries(RetryPolicy(initialDelay=5.0))
+        waiting = self.afterFailure(retries, ConnectionLost("lost"))
+        self.lifecycle.pause("admin")
+        self.assertNoResult(waiting)
+        self.clock.advance(0)
+        self.assertFalse(self.successResultOf(waiting))
+        self.assertTrue(self.stop.requested)
+        self.assertIs(self.progress.state, JobState.PAUSED)
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_strikes(self) -> None:

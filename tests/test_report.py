@@ -17,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.commands.cli import main
 from imapmig.commands.report import LISTED_JOBS, report, writeFailuresCSV
-from imapmig.state import MessageNames, MessageOutcome, withNames
+from imapmig.state import MessageNames, MessageOutcome, Transition, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 from imapmig.status.manifest import outcomeRow
@@ -102,6 +102,33 @@ class SummaryTests(SynchronousTestCase):
         out = io.StringIO()
         report(store, ["a"], False, out)
         self.assertIn("summary: 1,234 messages in the destination (1,234 copied", out.getvalue())
+
+    def test_unfinished(self) -> None:
+        """
+        A job whose last recorded change of state is not an end (a fleet's
+        daemon runs it while the report is read, or its run stopped) is
+        counted not finished, not done, whatever it copied so far; one whose
+        timeline ends done is done.  (A report read from a fleet's database
+        mid-run said "12 jobs: 12 done" while four ran.)
+        """
+        store = MemoryStateStore()
+        for job, states in (("a", ["running", "done"]), ("b", ["connecting", "running"])):
+            store.recordOutcomes(job, [MessageOutcome("", "1", "INBOX", 1)])
+            previous = "queued"
+            for at, state in enumerate(states):
+                store.recordTransition(job, Transition(float(at), previous, state, "why"))
+                previous = state
+        out = io.StringIO()
+        self.assertEqual(report(store, ["a", "b"], False, out), 0)
+        self.assertIn(
+            "summary: 2 jobs: 1 done, 0 done with failures, 0 failed, 0 held (0 paused,"
+            " 0 cancelled), 0 not run, 1 not finished (running, or stopped)\n",
+            out.getvalue(),
+        )
+        csvOut = io.StringIO()
+        report(store, ["a", "b"], False, csvOut, asCSV=True)
+        outcomes = [row["outcome"] for row in csv.DictReader(io.StringIO(csvOut.getvalue()))]
+        self.assertEqual(outcomes, ["done", "unfinished"])
 
 
 class CSVTests(SynchronousTestCase):

@@ -631,6 +631,7 @@ class Fleet:
         limits: ServerLimits = ServerLimits(),
         store: IStateStore | None = None,
         listed: Sequence[str] | None = None,
+        exitWhenDone: bool = True,
     ) -> None:
         self.clock = Clock()
         self.progress = MigrationProgress(self.clock.seconds)
@@ -670,7 +671,8 @@ class Fleet:
             self.exits += 1
 
         self.service = FleetScheduler(
-            self.queue, self.grants, build, self.progress, self.clock, self.done.append,
+            self.queue, self.grants, build, self.progress, self.clock,
+            self.done.append if exitWhenDone else None,
             self.clock.seconds, LEASE, ("mig1", 42, "1.0"), exit, schemaVersion=1,
             store=store, machines=self.machines,
         )  # fmt: skip
@@ -865,6 +867,30 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertIn("a", fleet.built)
         fleet.built["a"].result.callback(True)
         self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_claimsAfterEverythingEnded(self) -> None:
+        """
+        Without C{--exit-when-done} (a daemon under systemd), a daemon
+        whose fleet's jobs have all ended goes on polling: a job queued
+        again through another daemon (its page's retry-failed or resume, a
+        reload there, C{state load-jobs}) is claimed here at the next poll.
+        (It stopped claiming for good: a daemon started on a fleet whose
+        jobs had all failed never ran the jobs another daemon's bulk
+        retry-failed queued again, which that one daemon ran alone.)
+        """
+        fleet = Fleet(["a", "b"], maxJobs=2, exitWhenDone=False)
+        fleet.service.startService()
+        fleet.built["a"].result.callback(True)
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        first = fleet.built.pop("a")
+        fleet.memory.requeue("a")
+        fleet.clock.pump([fleet.member.period] * 2)
+        self.assertIn("a", fleet.built)
+        self.assertIsNot(fleet.built["a"], first)
+        fleet.built["a"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
         self.stop(fleet)
 
     def test_leaseLostRunning(self) -> None:
@@ -1193,8 +1219,9 @@ class FleetSchedulerTests(SynchronousTestCase):
 
     def test_finishRefusedGivenBack(self) -> None:
         """
-        A finish refused otherwise than as unreachable (a L{PermanentError}:
-        the daemon cannot tell whether its claim still stands) does not
+        A finish that fails otherwise than as unreachable or refused (an
+        unexpected error: the daemon cannot tell whether its claim still
+        stands) does not
         leave the job claimed by this live daemon that no longer runs it:
         the next claim gives it back first, as for a claim whose answer
         was lost, and the job runs again (here, at once); its slot is free.
@@ -1208,13 +1235,13 @@ class FleetSchedulerTests(SynchronousTestCase):
             claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None
         ) -> Deferred[None]:
             if refused.pop() if refused else False:
-                return fail(PermanentError("db1: cannot finish a job: a bug"))
+                return fail(RuntimeError("db1: cannot finish a job: a bug"))
             return finish(claim, outcome, notBefore)
 
         fleet.queue.finish = refuseOnce  # type: ignore[method-assign]
         first = fleet.built["a"]
         first.result.callback(True)
-        self.flushLoggedErrors(PermanentError)
+        self.flushLoggedErrors(RuntimeError)
         fleet.clock.advance(LEASE / 12)
         again = fleet.built["a"]
         self.assertIsNot(again, first)
@@ -1222,6 +1249,70 @@ class FleetSchedulerTests(SynchronousTestCase):
         again.result.callback(True)
         self.assertIs(fleet.memory.state("a"), QueueState.DONE)
         self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
+    def test_finishRefusedRetried(self) -> None:
+        """
+        A finish the database refuses (the role's UPDATE on the queue's
+        table revoked, then granted again) is tried again every C{H}, as
+        an unreachable queue's is; the job's slot is not lost meanwhile.
+        (It raised out of the job's run, unhandled: the claim stayed the
+        daemon's for ever, its slot gone, and C{--exit-when-done} never
+        exited.)
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        fleet.service.startService()
+        calls = []
+        finish = fleet.queue.finish
+
+        def refusedOnce(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> Deferred[None]:
+            calls.append(outcome)
+            if len(calls) == 1:
+                return fail(PermanentError("db1: cannot finish a job: permission denied for table jobs"))
+            return finish(claim, outcome, notBefore)
+
+        fleet.queue.finish = refusedOnce  # type: ignore[method-assign]
+        fleet.built["a"].result.callback(True)
+        self.assertIs(fleet.memory.state("a"), QueueState.CLAIMED)
+        fleet.clock.advance(5)
+        self.assertIs(fleet.memory.state("a"), QueueState.DONE)
+        self.assertIn("b", fleet.built)
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.done, [True])
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.stop(fleet)
+
+    def test_claimRefusedLoggedWithoutTraceback(self) -> None:
+        """
+        A claim the database refuses (a permission revoked, a row it
+        cannot update) is a warning naming why, tried again at the next
+        poll; not a traceback logged as a bug at every poll.
+        """
+        fleet = Fleet(["a"], maxJobs=1)
+        claim = fleet.queue.claim
+        refused = [True]
+
+        def refusing(*args: Any, **kwargs: Any) -> Deferred[JobClaim | None]:
+            if refused[0]:
+                return fail(PermanentError("db1: cannot claim a job: bigint out of range"))
+            return claim(*args, **kwargs)
+
+        fleet.queue.claim = refusing  # type: ignore[method-assign]
+        events: list[LogEvent] = []
+        observer = cast(ILogObserver, events.append)
+        globalLogPublisher.addObserver(observer)
+        self.addCleanup(globalLogPublisher.removeObserver, observer)
+        fleet.service.startService()
+        self.assertEqual(fleet.built, {})
+        self.assertEqual([e for e in events if e.get("log_level") == LogLevel.critical], [])
+        self.assertTrue(
+            any("bigint out of range" in str(e.get("why")) for e in events
+                if e.get("log_level") == LogLevel.warn)
+        )
+        refused[0] = False
+        fleet.clock.advance(fleet.member.period)
+        self.assertIn("a", fleet.built)
+        fleet.built["a"].result.callback(True)
         self.stop(fleet)
 
     def test_claimsAgainAfterTheQueueWasUnreachable(self) -> None:

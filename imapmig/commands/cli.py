@@ -69,7 +69,7 @@ from imapmig.commands.statecopy import addCopyParser
 from imapmig.commands.verify import verify
 from imapmig.config import Config, PostgreSQLState, loadConfig
 from imapmig.errors import ConfigError, PermanentError
-from imapmig.state import IStateStore
+from imapmig.state import IStateStore, JobHold
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
 
@@ -176,9 +176,48 @@ def _openStore(config: Config, command: str) -> IStateStore:
 
 def _report(args: argparse.Namespace, config: Config, jobs: list[str], store: IStateStore, out: TextIO) -> int:
     """
-    C{imapmig report}.
+    C{imapmig report}; a fleet's holds are its queue's rows.
     """
-    return report(store, jobs, args.json, out, asCSV=args.csv, failures=args.failures)
+    holds = _queueHolds(store) if isinstance(config.state, PostgreSQLState) else None
+    return report(store, jobs, args.json, out, asCSV=args.csv, failures=args.failures, holds=holds)
+
+
+# The jobs a fleet's queue holds paused or cancelled (the admin's holds are
+# the rows' states there, not rows of imapmig.job_holds), who asked and
+# when as each job's last change of state says.
+_QUEUE_HOLDS = """
+SELECT j.name, j.state, t.by, t.time FROM imapmig_queue.jobs AS j
+  LEFT JOIN LATERAL (SELECT by, time FROM imapmig.job_transitions AS t
+                      WHERE t.job = j.name ORDER BY t.seq DESC LIMIT 1) AS t ON true
+ WHERE j.state IN ('paused', 'cancelled')
+"""
+
+
+def _queueHolds(store: IStateStore) -> dict[str, JobHold] | None:
+    """
+    The holds of a fleet's queue on C{store}'s database; L{None} for a
+    database without a queue (a state copied, no list loaded yet: the
+    store's own holds), or a store in memory (an empty database).
+    """
+    from imapmig.state.postgresql import PostgreSQLStateStore
+
+    if not isinstance(store, PostgreSQLStateStore):
+        return None
+
+    def read(connection: Any) -> dict[str, JobHold] | None:
+        if connection.execute("SELECT to_regclass('imapmig_queue.jobs')").fetchone()[0] is None:
+            return None
+        return {
+            name: JobHold(state, by, 0.0 if at is None else float(at))
+            for name, state, by, at in connection.execute(_QUEUE_HOLDS).fetchall()
+        }
+
+    results: list[dict[str, JobHold] | None] = []
+    failures: list[Failure] = []
+    store.readOnReader(read, "read the fleet's holds").addCallbacks(results.append, failures.append)
+    if failures:
+        failures[0].raiseException()
+    return results[0]
 
 
 def _plan(args: argparse.Namespace, config: Config, jobs: list[str], store: IStateStore, out: TextIO) -> int:

@@ -32,6 +32,7 @@ __all__ = [
     "FAILED",
     "JOB_COLUMNS",
     "NOT_RUN",
+    "UNFINISHED",
     "RunSummary",
     "failureRows",
     "jobOutcome",
@@ -45,9 +46,17 @@ DONE = "done"
 DONE_WITH_FAILURES = "done_with_failures"
 FAILED = "failed"
 NOT_RUN = "not_run"
+UNFINISHED = "unfinished"
 """
 A job's outcome (L{jobOutcome}): also L{PAUSED} and L{CANCELLED}, the
 holds.
+"""
+
+_ENDS = frozenset({"done", "done_with_failures", "failed", "cancelled", "paused"})
+"""
+The states a job's timeline ends in when it has ended (or an admin holds
+it); any other last change leaves it unfinished: a daemon runs it now (a
+fleet's, while the report is read), or its run stopped before its end.
 """
 
 JOB_COLUMNS = (
@@ -66,14 +75,19 @@ def jobOutcome(entry: Mapping[str, Any]) -> str:
     """
     What became of the job of a report C{entry} (as L{report}
     builds it), one of: L{CANCELLED}, L{PAUSED} (the admin's holds, first),
-    L{FAILED} (its latest run failed), L{DONE_WITH_FAILURES} (some
-    messages failed), L{NOT_RUN} (nothing recorded of it), L{DONE}.
+    L{FAILED} (its latest run failed), L{UNFINISHED} (its last change
+    of state, if any is recorded, is not an end: running, waiting to run,
+    or stopped), L{DONE_WITH_FAILURES} (some messages failed), L{NOT_RUN}
+    (nothing recorded of it), L{DONE}.
     """
     hold = entry["hold"]
     if hold is not None:
         return str(hold["state"])
     if entry["job_failure"] is not None:
         return FAILED
+    timeline = entry.get("timeline")
+    if timeline and timeline[-1]["to"] not in _ENDS:
+        return UNFINISHED
     if entry["failed"]:
         return DONE_WITH_FAILURES
     if not (entry["appended"] or entry["folders"]):
@@ -123,7 +137,10 @@ def summarise(entries: Sequence[Mapping[str, Any]]) -> RunSummary:
     """
     The summary of the report's C{entries}.
     """
-    outcomes = {name: 0 for name in (DONE, DONE_WITH_FAILURES, FAILED, PAUSED, CANCELLED, NOT_RUN)}
+    outcomes = {
+        name: 0
+        for name in (DONE, DONE_WITH_FAILURES, FAILED, PAUSED, CANCELLED, UNFINISHED, NOT_RUN)
+    }
     for entry in entries:
         outcomes[jobOutcome(entry)] += 1
     firsts = [entry["first_at"] for entry in entries if entry["first_at"] is not None]
@@ -169,7 +186,8 @@ def summaryLines(summary: RunSummary) -> list[str]:
     lines = [
         f"summary: {_counted(summary.jobs, 'job')}: {o[DONE]:,} done, {o[DONE_WITH_FAILURES]:,}"
         f" done with failures, {o[FAILED]:,} failed, {held:,} held ({o[PAUSED]:,} paused,"
-        f" {o[CANCELLED]:,} cancelled), {o[NOT_RUN]:,} not run",
+        f" {o[CANCELLED]:,} cancelled), {o[NOT_RUN]:,} not run"
+        + (f", {o[UNFINISHED]:,} not finished (running, or stopped)" if o[UNFINISHED] else ""),
         f"summary: {_counted(summary.copied + summary.alreadyPresent, 'message')} in the"
         f" destination ({summary.copied:,} copied, {summary.alreadyPresent:,} already"
         f" present), {summary.failed:,} failed",
@@ -276,6 +294,7 @@ def report(
     out: TextIO,
     asCSV: bool = False,
     failures: bool = False,
+    holds: Mapping[str, JobHold] | None = None,
 ) -> int:
     """
     Write the report of C{jobs} from C{store} to C{out}: as text, ending
@@ -283,10 +302,15 @@ def report(
     row per job (L{writeJobsCSV}).  With C{failures}, every failed message
     instead, with its names (L{writeFailuresCSV} as CSV).
 
+    @param holds: the admin's holds, where the store does not keep them (a
+        fleet's are its queue's rows: L{imapmig.commands.cli}); L{None}:
+        the store's.
+
     @return: the exit status: 0 when no job's latest run failed and no
         message is recorded as failed, 1 otherwise.
     """
-    holds = _now(store.jobHolds())
+    if holds is None:
+        holds = _now(store.jobHolds())
     document = [_jobEntry(store, job, holds.get(job)) for job in jobs]
     status = 0 if all(entry["ok"] for entry in document) else 1
     if failures:

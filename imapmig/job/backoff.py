@@ -15,6 +15,7 @@ from typing import Callable
 
 from twisted.internet.defer import CancelledError
 from twisted.internet.interfaces import IReactorTime
+from twisted.internet.task import deferLater
 from twisted.logger import Logger
 
 from imapmig.errors import (
@@ -283,6 +284,13 @@ class RunRetries:
             await self._lifecycle.waited()
         except CancelledError:
             # Stopped while waiting: the run's end line says so.
+            if not self._stop.requested:
+                # By a control that paused or cancelled the job's machine
+                # before its scheduler stops the run: the run ends stopped
+                # (not failed), once the transition that cancelled this
+                # wait has returned (the scheduler asks the machine then).
+                self._stop.requested = True
+                await deferLater(self._clock, 0)
             return False
         self._progress.reconnects += 1
         self._lifecycle.retry()

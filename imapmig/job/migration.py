@@ -205,12 +205,11 @@ class MigrationJob:
         self._openSession = openSession
         self._clock = clock
         self._settings = settings
-        self._lifecycle = (
-            JobMachine(name, progress, clock, record) if machine is None else machine
-        )
+        self._lifecycle = JobMachine(name, progress, clock, record) if machine is None else machine
         self._throttles = tuple(t for t in (throttle, sourceThrottle) if t is not None)
-        # When the last run ended deferred (see defer), until when.
+        # When the last run ended deferred (see defer), until when; whether stopped.
         self.deferredUntil: float | None = None
+        self.stopped = False
         sides = JobSides(source, sourceThrottle, throttle)
         # Asked by cancelling the run's Deferred (run), read by every part.
         self._stop = RunStop()
@@ -452,6 +451,7 @@ class MigrationJob:
         if self._stopTimer is not None and self._stopTimer.active():
             self._stopTimer.cancel()
         self._stopTimer = None
+        self.stopped = self._stop.requested  # Cancelled, or held by a control.
         self._log.ended(
             self._recorder.appended,
             self._recorder.present,

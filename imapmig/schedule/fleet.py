@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from imapmig.config.model import JobConfig
-from imapmig.errors import LeaseLost, QueueUnavailable
+from imapmig.errors import LeaseLost, PermanentError, QueueUnavailable
 from imapmig.imap.outgoing import SendDeadline
 from imapmig.job.machine import JobMachines
 from imapmig.progress import MigrationProgress
@@ -200,7 +200,9 @@ class FleetScheduler(JobQueueService):
         def failed(failure: Failure) -> None:
             if failure.check(LeaseLost) and self.member.owner == owner:
                 self.member.lose(f"a claim found its lease ended ({failure.getErrorMessage()})")
-            elif failure.check(QueueUnavailable, LeaseLost):
+            elif failure.check(QueueUnavailable, LeaseLost, PermanentError):
+                # PermanentError: the database refused the claim (a right
+                # revoked, a row it cannot update): tried at the next poll.
                 self._unsure = self._unsure or bool(failure.check(QueueUnavailable))
                 log.warn("Cannot claim a job: {why}", why=failure.getErrorMessage())
             else:
@@ -249,7 +251,10 @@ class FleetScheduler(JobQueueService):
 
     async def _nothingLeft(self) -> bool:
         since, self._onlyOthersLeft = self._onlyOthersLeft, None
-        if self._active or self.member.owner is None:
+        if self._active or self.member.owner is None or self._whenDone is None:
+            # Without --exit-when-done the daemon never drains: it polls on,
+            # and claims a job queued again through another daemon (a
+            # control on its page, a reload there, state load-jobs).
             return False
         try:
             counts = await self._queue.counts()
@@ -265,9 +270,11 @@ class FleetScheduler(JobQueueService):
     ) -> bool:
         """
         Finish C{claim} in the queue, tried again every C{H} while the
-        queue cannot be reached and the claim's lease lives; a claim lost
-        with the lease is not finished, one refused otherwise is given
-        back at the next claim (L{_giveBack}).
+        queue cannot be reached or refuses it (a right revoked) and the
+        claim's lease lives; a claim lost with the lease is not finished,
+        one whose finish failed otherwise (the daemon cannot tell whether
+        its claim still stands) is given back at the next claim
+        (L{_giveBack}).
         """
         name = claim.job.name
         self._finishing.add(name)
@@ -276,7 +283,9 @@ class FleetScheduler(JobQueueService):
                 try:
                     if await self._whileLeased(self._queue.finish(claim, outcome, notBefore)):
                         return True
-                except QueueUnavailable as e:
+                except (QueueUnavailable, PermanentError) as e:
+                    # Refused (PermanentError: a right revoked) as when
+                    # unreachable: raised, the claim stayed held for ever.
                     log.warn(
                         "Job {job}: cannot finish its claim ({why});"
                         " trying again in {period:.1f} s",

@@ -46,6 +46,9 @@ class ScheduledJob(Protocol):
     # time of the clock (a daily budget used up).
     deferredUntil: float | None
 
+    # Whether the last run ended stopped (cancelled, or held by a control).
+    stopped: bool
+
     def run(self) -> Deferred[bool]:
         """
         Run to the end; C{True} if the job completed.  C{False}, with
@@ -391,9 +394,9 @@ class JobQueueService(Service):
             )
             running = self._runs[name] = job.run()
             completed = await running
-            outcome, notBefore = _runOutcome(
-                name, job, completed, self._stopping or name in self._halted
-            )
+            # A control's pause or cancel may end a wait to retry before halt().
+            stopped = self._stopping or name in self._halted or job.stopped
+            outcome, notBefore = _runOutcome(name, job, completed, stopped)
         except LeaseLost:
             # The run found its claim lost, said why, and abandoned itself.
             outcome = JobOutcome.STOPPED
