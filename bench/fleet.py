@@ -648,7 +648,8 @@ class QueuedRun:
     @ivar insertedByStarts: job rows the daemons' starts inserted.
     @ivar starts: each daemon's start.
     @ivar claim: the claims' cost while they ran.
-    @ivar heartbeat: the heartbeats' cost.
+    @ivar heartbeat: the heartbeats' cost, from the daemons' first messages
+        on (their first heartbeats left out).
     @ivar pages: the median milliseconds of each page asked.
     @ivar pageReads: the cost of the pages' statements (L{PAGE_READ_MARKERS})
         while they were asked.
@@ -720,8 +721,9 @@ def queuedLines(large: QueuedRun | None, small: QueuedRun | None) -> list[str]:
             continue
         lines.append(
             f"- {what}: {a.blocksPerCall or 0:.1f} buffers, {a.meanMs or 0:.3f} ms per call at "
-            f"{small.jobs:,} jobs; {b.blocksPerCall or 0:.1f} buffers, {b.meanMs or 0:.3f} ms at "
-            f"{size} (target: the same, at most {SAME_COST}x the buffers): "
+            f"{small.jobs:,} jobs ({a.calls} calls); {b.blocksPerCall or 0:.1f} buffers, "
+            f"{b.meanMs or 0:.3f} ms at {size} ({b.calls} calls) (target: the same, at most "
+            f"{SAME_COST}x the buffers): "
             f"{verdict(sameCost(a.blocksPerCall, b.blocksPerCall))}"
         )
     smallPages = dict(small.pages)

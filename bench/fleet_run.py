@@ -699,10 +699,13 @@ class FleetPart:
             for i, config in enumerate(configs)
         ]  # fmt: skip
         firsts = _firstMessages(database, name, launched, timeout=self.bench.args.timeout / 2)
+        # The renewals counted from here, each daemon's first heartbeats
+        # done (their first plans and caches are a start's, not a
+        # renewal's), over half a lease: about 6 per daemon.
         beforePages = database.statements(name)
         pages = _pages(ports[0]) if any(f is not None for f in firsts) else ()
         pageReads = pageReadCost(database.statements(name)).minus(pageReadCost(beforePages))
-        time.sleep(2 * sizes.lease / 12)
+        time.sleep(sizes.lease / 2)
         peaks = [daemon.terminate() for daemon in launched]
         killed = reap(launched, time.monotonic() + 120)
         starts = []
@@ -721,7 +724,7 @@ class FleetPart:
             jobs=jobs, loadSeconds=loadSeconds, loadProblem=loadProblem,
             insertedByStarts=inserted, starts=tuple(starts),
             claim=_between(statementsBefore, statementsAfter, CLAIM_MARKER),
-            heartbeat=_between(statementsBefore, statementsAfter, HEARTBEAT_MARKER),
+            heartbeat=_between(beforePages, statementsAfter, HEARTBEAT_MARKER),
             pages=pages, pageReads=pageReads,
         )  # fmt: skip
 

@@ -759,6 +759,8 @@ class FleetQueuedTests(SynchronousTestCase):
         lines = queuedLines(large, small)
         self.assertTrue(all(line.endswith(": met") for line in lines), lines)
         self.assertIn("1,000,000 rows loaded once by `imapmig state load-jobs` in 12.5 s", lines[0])
+        self.assertIn("- Claim: 20.0 buffers, 0.200 ms per call at 1,000 jobs (10 calls); 22.0 buffers,"
+                      " 0.200 ms at 1,000,000 (10 calls)", "\n".join(lines))  # fmt: skip
         self.assertEqual(len(lines), 1 + 2 * 2 + 3 + 2)
 
     def test_missed(self) -> None:
