@@ -115,9 +115,9 @@ def _load(state: PostgreSQLState, fleet: str, config: Config) -> str:
                 # start: its ANALYZE of a million new rows holds a snapshot
                 # for seconds, and every claim meanwhile reads again the
                 # dead versions of the claims before it (docs/fleet-design.md
-                # "Claiming a job"; measured 26.0 against 31.8 buffers per
-                # claim at a thousand and a million jobs without, 23.2
-                # against 26.5 with the ANALYZE alone).
+                # "Claiming a job"; the million row's claims at a thousand
+                # and a million jobs: 21.9 against 26.4-26.9 buffers each
+                # without, 22.9-23.2 against 26.5-26.9 with).
                 connection.execute("VACUUM (ANALYZE) imapmig_queue.jobs")
     except psycopg.Error as e:
         raise PermanentError(f"{state.uri()}: {e}") from None
