@@ -66,6 +66,12 @@ What the claim's statement holds (C{pg_stat_statements} shows its
 literals as C{$n}: C{'claimed'} is not in its text).
 """
 
+PAGE_READ_MARKERS = ("to_jsonb(d) ->>", "j.name = ANY(", "FROM imapmig_queue.job_counts GROUP BY state")
+"""
+What the statements of the fleet's pages hold (L{imapmig.queue._pgfleetview}'s
+C{DAEMONS}, C{HOLDERS} and C{COUNTS}: the daemons, the holders of a page's
+jobs, the counts by state).
+"""
 
 FLEET_ROWS = ("scaleout", "database", "million", "sqlite")
 
@@ -742,8 +748,11 @@ class QueuedRun:
     @ivar insertedByStarts: job rows the daemons' starts inserted.
     @ivar starts: each daemon's start.
     @ivar claim: the claims' cost while they ran.
-    @ivar heartbeat: the heartbeats' cost.
+    @ivar heartbeat: the heartbeats' cost, from the daemons' first messages
+        on (their first heartbeats left out).
     @ivar pages: the median milliseconds of each page asked.
+    @ivar pageReads: the cost of the pages' statements (L{PAGE_READ_MARKERS})
+        while they were asked.
     """
 
     jobs: int
@@ -754,6 +763,17 @@ class QueuedRun:
     claim: StatementCost
     heartbeat: StatementCost
     pages: tuple[tuple[str, float], ...]
+    pageReads: StatementCost = NO_CALLS
+
+
+def pageReadCost(rows: Sequence[tuple[str, int, float, int]]) -> StatementCost:
+    """
+    The cost of the fleet's pages' statements (L{PAGE_READ_MARKERS}) among
+    C{pg_stat_statements}' C{rows}.
+    """
+    costs = [statementCost(rows, marker) for marker in PAGE_READ_MARKERS]
+    return StatementCost(sum(c.calls for c in costs), sum(c.totalMs for c in costs),
+                         sum(c.blocks for c in costs))  # fmt: skip
 
 
 def queuedLines(large: QueuedRun | None, small: QueuedRun | None) -> list[str]:
@@ -792,15 +812,18 @@ def queuedLines(large: QueuedRun | None, small: QueuedRun | None) -> list[str]:
         lines.append(f"- Claims, renewals and pages at {size} against a small list: not measured")
         return lines
     for what, a, b in (("Claim", small.claim, large.claim),
-                       ("Heartbeat (renewal)", small.heartbeat, large.heartbeat)):  # fmt: skip
+                       ("Heartbeat (renewal)", small.heartbeat, large.heartbeat),
+                       ("The pages' reads of the fleet (daemons, holders, counts)",
+                        small.pageReads, large.pageReads)):  # fmt: skip
         if not a.calls or not b.calls:
             lines.append(f"- {what} at {small.jobs:,} and {size} jobs: not measured "
                          f"({a.calls} and {b.calls} calls)")  # fmt: skip
             continue
         lines.append(
             f"- {what}: {a.blocksPerCall or 0:.1f} buffers, {a.meanMs or 0:.3f} ms per call at "
-            f"{small.jobs:,} jobs; {b.blocksPerCall or 0:.1f} buffers, {b.meanMs or 0:.3f} ms at "
-            f"{size} (target: the same, at most {SAME_COST}x the buffers): "
+            f"{small.jobs:,} jobs ({a.calls} calls); {b.blocksPerCall or 0:.1f} buffers, "
+            f"{b.meanMs or 0:.3f} ms at {size} ({b.calls} calls) (target: the same, at most "
+            f"{SAME_COST}x the buffers): "
             f"{verdict(sameCost(a.blocksPerCall, b.blocksPerCall))}"
         )
     smallPages = dict(small.pages)

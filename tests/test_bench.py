@@ -35,6 +35,7 @@ from bench.fleet import (
     TableWrites,
     databaseLines,
     fleetConfig,
+    pageReadCost,
     parseSideBySide,
     queuedLines,
     queuedRows,
@@ -51,6 +52,8 @@ from bench.fleet import (
     writeUserList,
 )
 from bench.report import RunResult, Setting, figures, markdownTable
+from imapmig.queue._pgfleetview import COUNTS, DAEMONS, HOLDERS
+from imapmig.queue._pgstatements import CLAIM, HEARTBEAT
 from bench.run import fleetSizes, makePlan, parseArguments, scaleSizes
 from bench.scale import (
     ScaleRun,
@@ -789,12 +792,13 @@ class FleetDatabaseRowTests(SynchronousTestCase):
 
 
 def queuedRun(jobs: int, firsts: tuple[float | None, ...], rssKiB: int, claimBlocks: int,
-              pageMs: float, inserted: int = 0) -> QueuedRun:  # fmt: skip
+              pageMs: float, inserted: int = 0, pageBlocks: int = 8) -> QueuedRun:  # fmt: skip
     return QueuedRun(
         jobs=jobs, loadSeconds=12.5, loadProblem="", insertedByStarts=inserted,
         starts=tuple(DaemonStart(f, rssKiB) for f in firsts),
         claim=StatementCost(10, 2.0, claimBlocks * 10), heartbeat=StatementCost(6, 0.6, 60),
         pages=(("/", pageMs), ("/status.json", pageMs / 2)),
+        pageReads=StatementCost(45, 4.5, 45 * pageBlocks),
     )  # fmt: skip
 
 
@@ -814,19 +818,37 @@ class FleetQueuedTests(SynchronousTestCase):
         lines = queuedLines(large, small)
         self.assertTrue(all(line.endswith(": met") for line in lines), lines)
         self.assertIn("1,000,000 rows loaded once by `imapmig state load-jobs` in 12.5 s", lines[0])
-        self.assertEqual(len(lines), 1 + 2 * 2 + 2 + 2)
+        self.assertIn("- Claim: 20.0 buffers, 0.200 ms per call at 1,000 jobs (10 calls); 22.0 buffers,"
+                      " 0.200 ms at 1,000,000 (10 calls)", "\n".join(lines))  # fmt: skip
+        self.assertEqual(len(lines), 1 + 2 * 2 + 3 + 2)
 
     def test_missed(self) -> None:
         """
         Rows inserted by a start, a first message after 5 s or none, 500
-        MB, claims and a page dearer at a million: missed.
+        MB, claims, the pages' reads and a page dearer at a million:
+        missed.
         """
         small = queuedRun(1000, (1.0,), 100_000, 20, 10.0)
-        large = queuedRun(1_000_000, (5.1, None), 488_282, 25, 13.0, inserted=1_000_000)
+        large = queuedRun(1_000_000, (5.1, None), 488_282, 25, 13.0, inserted=1_000_000,
+                          pageBlocks=10)  # fmt: skip
         lines = queuedLines(large, small)
         missed = [line for line in lines if line.endswith("**missed**")]
-        self.assertEqual(len(missed), 1 + 2 + 2 + 1 + 2, lines)
+        self.assertEqual(len(missed), 1 + 2 + 2 + 1 + 1 + 2, lines)
+        self.assertIn("- The pages' reads of the fleet (daemons, holders, counts): 8.0 buffers",
+                      "\n".join(lines))  # fmt: skip
         self.assertIn("- Heartbeat (renewal): 10.0 buffers", "\n".join(lines))
+
+    def test_pageReadCost(self) -> None:
+        """
+        The pages' reads are the fleet view's three statements, summed,
+        each found by its text as C{pg_stat_statements} keeps it (its
+        literals as C{$n}), and no other statement of the queue.
+        """
+        rows = [(DAEMONS.replace("'rate'", "$3"), 10, 1.0, 40),
+                (HOLDERS.replace("%(names)s", "$1"), 10, 0.5, 30), (COUNTS, 20, 0.4, 20),
+                (CLAIM, 5, 1.0, 150), (HEARTBEAT, 5, 0.3, 45)]  # fmt: skip
+        self.assertEqual(pageReadCost(rows), StatementCost(40, 1.9, 90))
+        self.assertEqual(pageReadCost(rows).blocksPerCall, 2.25)
 
     def test_notMeasured(self) -> None:
         """

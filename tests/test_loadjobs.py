@@ -90,6 +90,22 @@ class LoadJobsTests(PostgreSQLTestMixin):
             [("alice", 0), ("carol", 1)],
         )
 
+    def test_loadVacuumsAndAnalyzes(self) -> None:
+        """
+        A list loaded is vacuumed and analyzed by the command, so that no
+        autovacuum does it while the fleet's daemons start; a list found
+        loaded already is left alone.
+        """
+        vacuumed = (
+            "SELECT vacuum_count, analyze_count FROM pg_stat_user_tables"
+            " WHERE schemaname = 'imapmig_queue' AND relname = 'jobs'"
+        )
+        config = self.configure({"alice": "p", "bob": "p"})
+        self.command("state", "load-jobs", "--config", config, "--fleet", "acme")
+        self.assertEqual(self.sql(vacuumed), [(1, 1)])
+        self.command("state", "load-jobs", "--config", config, "--fleet", "acme")
+        self.assertEqual(self.sql(vacuumed), [(1, 1)])
+
     def test_otherFleetRefused(self) -> None:
         """
         A database holding another fleet is refused: status 2, the

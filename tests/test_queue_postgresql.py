@@ -45,6 +45,7 @@ from imapmig.queue import (
 )
 from imapmig.queue import _pgcontrols
 from imapmig.queue._pgjoblist import JobList, accountsOf
+from imapmig.queue import _pgschema
 from imapmig.queue._pgschema import SCHEMA_VERSION
 from imapmig.queue._pgstatements import CLAIM, CLAIM_LOCK, HEARTBEAT, RELEASE
 from imapmig.queue.postgresql import PostgreSQLJobQueue, ThreadedJobQueue
@@ -59,6 +60,10 @@ from tests.test_schedule_service import jobConfig
 # beyond the 1 s lease, for a loaded machine.
 _LEASE_WAIT = 60.0
 _T = TypeVar("_T")
+_COLUMNS = (
+    "SELECT column_name FROM information_schema.columns"
+    " WHERE table_schema = 'imapmig_queue' AND table_name = 'jobs'"
+)
 
 
 class PostgreSQLTestMixin(SynchronousTestCase):
@@ -853,6 +858,102 @@ class ScaleTests(PostgreSQLTestMixin):
         self.assertEqual(
             self.sql("SELECT position FROM imapmig_queue.jobs WHERE name = 'new'"), [(5000,)]
         )
+
+    def claimPlan(self, queue: PostgreSQLJobQueue, me: str) -> dict[str, Any]:
+        """
+        The plan of the claim's statement as it runs (its work rolled
+        back), as C{EXPLAIN (ANALYZE, FORMAT JSON)} gives it.
+        """
+        with psycopg.connect(self.uri) as connection:
+            row = connection.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) " + CLAIM,
+                {"me": me, "list": queue._list.digest, "skip": []},
+            ).fetchone()
+            connection.rollback()
+        assert row is not None
+        return dict(row[0][0]["Plan"])
+
+    def test_claimHeadByQueuedIndex(self) -> None:
+        """
+        The claim finds the head of the queue through C{jobs_queued}, the
+        index of the queued jobs only, while the statistics still say
+        every job is queued (a fresh list, 60 claims and finishes later):
+        before schema step 5 it read C{jobs_position}, of every job, past
+        each job finished since, a cost growing with the jobs done.
+        """
+        queue = self.queueOf(1000)
+        self.sql("VACUUM ANALYZE imapmig_queue.jobs")
+        daemons = [queue.register("host", n, "1.0", 600.0) for n in range(3)]
+        for n in range(60):
+            claim = queue.claim(daemons[n % 3], 0.0, 600.0)
+            assert claim is not None
+            queue.finish(claim, JobOutcome.COMPLETED)
+        me = daemons[0]
+        scans: list[tuple[str, int]] = []
+
+        def walk(node: dict[str, Any]) -> None:
+            if node.get("Alias") == "q":
+                scans.append((str(node.get("Index Name")), int(node.get("Rows Removed by Filter", 0))))
+            for child in node.get("Plans", ()):
+                walk(child)
+
+        walk(self.claimPlan(queue, me))
+        self.assertEqual(scans, [("jobs_queued", 0)])
+
+    def test_claimUpdatesFewIndexes(self) -> None:
+        """
+        A claim writes its row's entries in the indexes of all the jobs
+        that need one, each one B-tree level deeper at a million jobs:
+        the job's name (its key) and its position; no other key.
+        """
+        self.queueOf(1)
+        self.assertEqual(
+            self.sql(
+                "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+                " WHERE i.indrelid = 'imapmig_queue.jobs'::regclass AND i.indpred IS NULL"
+                " ORDER BY 1"
+            ),
+            [("jobs_pkey",), ("jobs_position",)],
+        )
+        self.assertEqual(
+            self.sql(
+                "SELECT a.attname FROM pg_index i JOIN pg_attribute a"
+                " ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)"
+                " WHERE i.indrelid = 'imapmig_queue.jobs'::regclass AND i.indisprimary"
+            ),
+            [("name",)],
+        )
+
+    def test_migratedFromVersion4(self) -> None:
+        """
+        Step 5 migrates a queue of version 4 in use: its jobs keep their
+        states, owners and generations, the claims go on, and C{job_id}
+        is gone.
+        """
+        self.patch(_pgschema, "SCHEMA_VERSION", 4)
+        old = self.queueOf(5)
+        me = old.register("host", 1, "1.0", 600.0)
+        first = old.claim(me, 0.0, 600.0)
+        assert first is not None
+        old.pause("j3")
+        self.assertIn(("job_id",), self.sql(_COLUMNS))
+        old.close()
+        self.patch(_pgschema, "SCHEMA_VERSION", 5)
+        queue = self.queueOf(5)
+        self.assertEqual(
+            self.sql("SELECT max(version) FROM imapmig_queue.schema_version"), [(5,)]
+        )
+        self.assertNotIn(("job_id",), self.sql(_COLUMNS))
+        self.assertEqual(
+            self.sql("SELECT name, state, generation FROM imapmig_queue.jobs ORDER BY position"),
+            [("j0", "claimed", 1), ("j1", "queued", 0), ("j2", "queued", 0),
+             ("j3", "paused", 0), ("j4", "queued", 0)],
+        )  # fmt: skip
+        second = queue.claim(me, 0.0, 600.0)
+        assert second is not None
+        self.assertEqual((second.job.name, second.generation), ("j1", 1))
+        queue.finish(first, JobOutcome.COMPLETED)
+        self.assertEqual(queue.counts(), QueueCounts(queued=2, claimed=1, finished=1, paused=1))
 
     def test_releaseByExpiredOwner(self) -> None:
         """

@@ -38,9 +38,9 @@ _TABLES = ("messages", "journal", "folders", "folder_fallbacks", "job_failures",
 # A takeover as a claim makes one: the row locked FOR UPDATE (which waits
 # for a writer's FOR KEY SHARE), then given to another daemon.
 _TAKEOVER = """
-    WITH x AS (SELECT job_id FROM imapmig_queue.jobs WHERE name = %s FOR UPDATE)
+    WITH x AS (SELECT name FROM imapmig_queue.jobs WHERE name = %s FOR UPDATE)
     UPDATE imapmig_queue.jobs j SET owner = %s, generation = j.generation + 1
-      FROM x WHERE j.job_id = x.job_id
+      FROM x WHERE j.name = x.name
 """
 
 

@@ -15,7 +15,9 @@ job's digest (L{imapmig.queue._pgjoblist}); in step 2 the accounts of one
 daemon per account, who asked a control, the daemons' connections, and
 C{job_counts}, the counts by state kept by the jobs' triggers; in step 3
 the templates of the user lists, and each of their rows' template and
-params.  The servers are not here yet.  Nothing existed to replace: the
+params; in step 4 each daemon's rate; in step 5 the claim's cost made
+the same at a million jobs as at a thousand (no C{job_id}: a job's key
+is its name; C{jobs_queued} packed full).  The servers are not here yet.  Nothing existed to replace: the
 in-memory queue keeps its state in the process.
 """
 
@@ -25,7 +27,7 @@ import psycopg
 
 from imapmig.errors import QueueSchemaTooNew
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """
 The version of the queue's tables this code reads and writes.
 """
@@ -119,6 +121,23 @@ ALTER TABLE imapmig_queue.jobs ADD COLUMN template_id bigint REFERENCES imapmig_
     # its heartbeat reported it: the fleet's pages show every daemon's.
     4: """
 ALTER TABLE imapmig_queue.daemons ADD COLUMN rate real NOT NULL DEFAULT 0;
+""",
+    # A claim's cost the same at a million jobs as at a thousand
+    # (docs/fleet-design.md "Claiming a job"): its UPDATE changes the
+    # state, so it writes an entry in every index of all the jobs, and each
+    # such index is one B-tree level deeper at a million.  The job_id key
+    # (and its index) went: the claim and the release find a row by its
+    # name, already unique, now the key.  jobs_queued is made again packed
+    # full (the queue is added to at its end and taken from its head):
+    # smaller than jobs_position, the claim's head is read through it
+    # whatever the statistics say (on a fresh list the two tied, and the
+    # claim read jobs_position, walking past every job finished).
+    5: """
+ALTER TABLE imapmig_queue.jobs DROP COLUMN job_id, DROP CONSTRAINT jobs_name_key,
+  ADD CONSTRAINT jobs_pkey PRIMARY KEY (name);
+DROP INDEX imapmig_queue.jobs_queued;
+CREATE INDEX jobs_queued ON imapmig_queue.jobs (position) WITH (fillfactor = 100)
+  WHERE state = 'queued';
 """,
 }
 

@@ -72,12 +72,12 @@ UPDATE imapmig_queue.jobs j
                     ELSE 'queued' END,
        owner = NULL, requested = NULL, requested_by = NULL,
        taken_from = x.owner, taken_lease_until = x.lease_until
-  FROM (SELECT c.job_id, c.owner, d.lease_until
+  FROM (SELECT c.name, c.owner, d.lease_until
           FROM imapmig_queue.jobs c JOIN imapmig_queue.daemons d ON d.daemon_id = c.owner
          WHERE c.state = 'claimed' AND c.owner = ANY (ARRAY(
                  SELECT daemon_id FROM imapmig_queue.daemons WHERE lease_until < now()))
            FOR UPDATE OF c SKIP LOCKED) x
- WHERE j.job_id = x.job_id
+ WHERE j.name = x.name
 """
 
 ORPHANS = """
@@ -121,7 +121,7 @@ it (two claims racing would each miss the other's).
 CLAIM = (
     """
 WITH next AS (
-  SELECT job_id, taken_from, taken_lease_until FROM imapmig_queue.jobs q
+  SELECT name, taken_from, taken_lease_until FROM imapmig_queue.jobs q
    WHERE state = 'queued' AND """
     + CLAIMABLE
     + """
@@ -135,7 +135,7 @@ WITH next AS (
 UPDATE imapmig_queue.jobs j
    SET state = 'claimed', owner = %(me)s, generation = j.generation + 1,
        requested = NULL, requested_by = NULL, taken_from = NULL, taken_lease_until = NULL
-  FROM next WHERE j.job_id = next.job_id
+  FROM next WHERE j.name = next.name
 RETURNING j.name, j.position, j.generation, next.taken_from, j.digest, j.template_id, j.params,
           extract(epoch FROM now() - next.taken_lease_until)::float8,
           EXISTS (SELECT 1 FROM imapmig_queue.daemons d WHERE d.daemon_id = next.taken_from
