@@ -91,13 +91,13 @@ def controlMany(control: str, chosen: bool) -> str:
     among = " AND name = ANY(%(names)s::text[])" if chosen else ""
     return f"""
 WITH part AS (
-  SELECT job_id, position FROM imapmig_queue.jobs
+  SELECT name AS part_name, position FROM imapmig_queue.jobs
    WHERE position > %(after)s AND requested IS DISTINCT FROM 'remove'{among}
      AND NOT (name = ANY(%(skip)s::text[]))
    ORDER BY position LIMIT %(limit)s),
 changed AS (
   UPDATE imapmig_queue.jobs SET {sets}
-    FROM part WHERE imapmig_queue.jobs.job_id = part.job_id AND ({applies})
+    FROM part WHERE imapmig_queue.jobs.name = part.part_name AND ({applies})
   RETURNING 1)
 SELECT (SELECT max(position) FROM part), (SELECT count(*) FROM changed)
 """
