@@ -1566,6 +1566,43 @@ class FleetControlsTests(SynchronousTestCase):
         self.fleet.clock.pump([self.fleet.member.period] * 3)
         self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
 
+    def test_pauseDuringOutageWins(self) -> None:
+        """
+        A job this daemon runs, paused while the database is away, finishes
+        its claim only once the pause is written: the finish puts it
+        paused, never queued, and it is not claimed again (found from
+        outside: the finish reached the database first, the row went back
+        to queued, this daemon claimed it again and copied for 1.7 s
+        before the retried pause took).
+        """
+        memory, queue = self.fleet.memory, self.fleet.queue
+        pause, finish = queue.pause, queue.finish
+        downUntil = {"pause": 22.0, "finish": 18.0}
+        written: list[str] = []
+
+        def pausing(name: str) -> Deferred[QueueState]:
+            if self.fleet.clock.seconds() < downUntil["pause"]:
+                return fail(QueueUnavailable("db1: connection refused"))
+            written.append("pause")
+            return pause(name)
+
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> Deferred[None]:
+            if self.fleet.clock.seconds() < downUntil["finish"]:
+                return fail(QueueUnavailable("db1: connection refused"))
+            written.append(f"finish {memory.state(claim.job.name).value}")
+            return finish(claim, outcome, notBefore)
+
+        queue.pause = pausing  # type: ignore[method-assign]
+        queue.finish = finishing  # type: ignore[method-assign]
+        first = self.fleet.built["b"]
+        self.failureResultOf(self.controls.pause("b", "alice"), QueueUnavailable)
+        self.assertTrue(first.stopped)
+        self.fleet.clock.pump([1.0] * 60)
+        self.assertEqual(written, ["pause", "finish claimed"])
+        self.assertIs(memory.state("b"), QueueState.PAUSED)
+        self.assertIs(self.fleet.built["b"], first)
+        self.assertNotIn("claimed (generation 3)", self.fleet.causes("b"))
+
     def test_holdsAreTheRows(self) -> None:
         """
         The holds a reload applies to the jobs it adds are none: a fleet's

@@ -279,7 +279,12 @@ class FleetScheduler(JobQueueService):
         name = claim.job.name
         self._finishing.add(name)
         try:
-            while name not in self._lost and self.member.owner == claim.owner:
+            # Stopped by a control taken here: its write into the row
+            # first (tried again while the database is away), so that the
+            # finish puts the job where the control says, never queued
+            # (then claimed again before the control landed).
+            landed = name not in self._halted or await self._whileLeased(self.machines.landed(name))
+            while landed and name not in self._lost and self.member.owner == claim.owner:
                 try:
                     if await self._whileLeased(self._queue.finish(claim, outcome, notBefore)):
                         return True
