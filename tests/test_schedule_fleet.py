@@ -1045,6 +1045,45 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.memory.state("a"), QueueState.QUEUED)
         self.assertEqual(fleet.memory.state("b"), QueueState.CLAIMED)
 
+    def test_ghostClaimGivenBack(self) -> None:
+        """
+        A row claimed by this daemon's id that it does not run (set by
+        hand, or by a bug) is given back, with a warning, at the first
+        claim a lease after the last look, then claimed and run: held, it
+        stayed claimed while this daemon beat and C{--exit-when-done}
+        never exited (found from outside); the jobs it runs are never
+        given back.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        warnings: list[str] = []
+
+        def observe(event: LogEvent) -> None:
+            if event.get("log_level") is LogLevel.warn:
+                warnings.append(formatEvent(event))
+
+        globalLogPublisher.addObserver(cast(ILogObserver, observe))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, observe))
+        fleet.service.startService()
+        owner = fleet.member.owner
+        assert owner is not None
+        ghost = fleet.memory.claim(owner, fleet.clock.seconds(), LEASE)
+        assert ghost is not None and ghost.job.name == "b"
+        fleet.built["a"].result.callback(True)
+        fleet.clock.pump([LEASE / 12] * 11)
+        self.assertNotIn("b", fleet.built)
+        self.assertEqual(fleet.memory.state("b"), QueueState.CLAIMED)
+        fleet.clock.pump([LEASE / 12] * 2)
+        self.assertIn("b", fleet.built)
+        self.assertIn(
+            "Job b: claimed in the queue by this daemon, which does not run it; given back",
+            warnings,
+        )
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.memory.state("b"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
     def test_builtForItsClaim(self) -> None:
         """
         A claimed job is built with the store's view for its claim
