@@ -90,7 +90,7 @@ class QueueWrite:
         Fires once the write is over (written, refused, or not to be tried
         again), however long the queue was unreachable: a job stopped by
         a control finishes its claim after it, so that the finish finds
-        the control in the row (docs/fleet.md "Controls during an outage").
+        the control in the row (docs/fleet.md "Controls during a database outage").
         """
         if self._over:
             return succeed(None)
