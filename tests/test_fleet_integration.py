@@ -577,7 +577,8 @@ class FleetRenameTests(TestCase):
         """
         requirePostgreSQL(self)
         requireDovecot(self)
-        instance = dedicatedDovecot("fleet")
+        # Not the fleet's: its 96 accounts are the other tests' 96.
+        instance = dedicatedDovecot("rename")
         users = [freshUser(instance) for _ in range(2)]
         fleet = Fleet(self, reactor, instance, users, RENAMED_MESSAGES, 3030, 3)
         await fleet.listen()
