@@ -985,6 +985,27 @@ class ProblemTests(ConfigTestCase):
             "duplicate job name 'alice' (first used by jobs[0])",
         )
 
+    def test_sameMigrationTwice(self) -> None:
+        """
+        Two jobs with the same source, destination and folders (one job
+        renamed by a copy, or a reload that kept the old one) are one
+        problem on the second, naming both; another folder rule, source
+        or destination makes them two migrations.
+        """
+        document = self.document()
+        document["jobs"][1] = dict(document["jobs"][0], name="extra")
+        self.assertOnlyProblem(
+            document,
+            "jobs[1]",
+            "job 'extra' has the same source, destination and folders as job 'alice'"
+            " (jobs[0]): the same messages would be copied twice",
+        )
+        document["jobs"][1]["destination"] = dict(document["jobs"][0]["destination"], user="eve")
+        self.assertEqual(len(parseConfig(document, self.configPath).jobs), 2)
+        document["jobs"][1]["destination"] = document["jobs"][0]["destination"]
+        document["jobs"][1]["folders"] = {"include": ["INBOX"]}
+        self.assertEqual(len(parseConfig(document, self.configPath).jobs), 2)
+
     def test_invalidJobName(self) -> None:
         """
         Job names are letters, digits and C{. _ @ -}, starting with a

@@ -334,6 +334,27 @@ class ErrorTests(UserListTestCase):
             ],
         )
 
+    def test_sameMigrationInTwoRows(self) -> None:
+        """
+        Two rows of a user list naming the same source and destination
+        accounts under two job names are one migration twice: a problem
+        naming both rows.
+        """
+        problems = self.userProblems(
+            "source_user,destination_user,source_credential,destination_password_file,name\n"
+            "x,x,old-admin,alice.pw,first\n"
+            "x,x,old-admin,alice.pw,second\n",
+            self.userDocument(),
+        )
+        self.assertEqual(
+            problems,
+            [
+                f"{self.configPath}: {self.csvPath} row 3: job 'second' has the same source,"
+                f" destination and folders as job 'first' ({self.csvPath} row 2): the same"
+                " messages would be copied twice"
+            ],
+        )
+
     def test_fileProblems(self) -> None:
         """
         A missing list, an empty one, one without rows and one that is not

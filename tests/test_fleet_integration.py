@@ -35,7 +35,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import yaml
 
@@ -58,6 +58,7 @@ from tests.fleetsupport import (
     CommandScanner,
     Daemon,
     Fleet,
+    FleetJob,
     Outcome,
     health,
     socketOwner,
@@ -543,6 +544,81 @@ class FleetReloadTests(TestCase):
         self.assertNotIn("claimed", claimed)
         self.assertEqual(
             {box: n for box, n in instance.fetchAll(removed.user.name).items() if n}, {}
+        )
+
+
+RENAMED_MESSAGES = 3000
+"""
+Messages of each job in C{test_renamedWhileRunning}: enough for the old
+run to go on for seconds after the reload (1,600 messages/s measured on
+an idle machine), so that the two runs would overlap.
+"""
+
+
+class FleetRenameTests(TestCase):
+    """
+    A reload renaming a job while it runs (attack2, issue 30: 173 messages
+    duplicated): the old run goes on to its end, and the renamed job waits
+    for it before it runs; every message arrives once.
+    """
+
+    timeout = 600
+
+    async def test_renamedWhileRunning(self) -> None:
+        """
+        One daemon of a fleet, two jobs of L{RENAMED_MESSAGES} messages and a job slot
+        free; once it has sent 20 messages with job00 claimed, it is
+        reloaded with job00 renamed extra00 (same source, destination and
+        folders, the default C{identity: fingerprint}): it claims extra00
+        at once (the claim's account test skips its own claims), which
+        waits for job00's run to end, then finds every message there;
+        the daemon exits 0, extra00 done, job00 gone from the rows, and
+        the account holds each message exactly once, read from Dovecot.
+        """
+        requirePostgreSQL(self)
+        requireDovecot(self)
+        # Not the fleet's: its 96 accounts are the other tests' 96.
+        instance = dedicatedDovecot("rename")
+        users = [freshUser(instance) for _ in range(2)]
+        fleet = Fleet(self, reactor, instance, users, RENAMED_MESSAGES, 3030, 3)
+        await fleet.listen()
+        configuration = fleet.configuration
+
+        def recognising(statePort: int | None = None, statusPort: int | None = None) -> dict[str, object]:
+            made = configuration(statePort, statusPort)
+            for job in cast(list[dict[str, object]], made["jobs"]):
+                del job["identity"]
+            return made
+
+        fleet.configuration = recognising  # type: ignore[method-assign]
+        daemon = fleet.startDaemon()
+
+        def midRun() -> bool:
+            reading = fleet.queue.last
+            return (
+                reading is not None
+                and "job00" in {name for jobs in reading.held().values() for name in jobs}
+                and fleet.watch.messages.get(daemon.pid, 0) >= SENT_BEFORE_FAULT
+            )
+
+        await fleet.until(midRun, START_BOUND, "job00 claimed, 20 messages sent")
+        old = fleet.jobs[0]
+        fleet.jobs = (FleetJob("extra00", old.corpus, old.user, old.maildir),) + fleet.jobs[1:]
+        with open(daemon.configPath + ".new", "w") as f:
+            yaml.safe_dump(fleet.configuration(), f)
+        os.replace(daemon.configPath + ".new", daemon.configPath)
+        os.kill(daemon.pid, signal.SIGHUP)
+        statuses = await fleet.exits(RUN_BOUND)
+        self.assertEqual(statuses, {1: 0}, fleet.tails())
+        outcome = fleet.outcome()
+        self.assertEqual(outcome.problems(), [], fleet.tails())
+        self.assertEqual(set(outcome.states), {"extra00", "job01"})
+        # The reload landed mid-run: the case this test is for.
+        self.assertIn(
+            b"Job extra00: waits for the run of job job00, the same source and destination,"
+            b" to end",
+            daemon.process.output,
+            fleet.tails(),
         )
 
 

@@ -1045,6 +1045,45 @@ class FleetSchedulerTests(SynchronousTestCase):
         self.assertEqual(fleet.memory.state("a"), QueueState.QUEUED)
         self.assertEqual(fleet.memory.state("b"), QueueState.CLAIMED)
 
+    def test_ghostClaimGivenBack(self) -> None:
+        """
+        A row claimed by this daemon's id that it does not run (set by
+        hand, or by a bug) is given back, with a warning, at the first
+        claim a lease after the last look, then claimed and run: held, it
+        stayed claimed while this daemon beat and C{--exit-when-done}
+        never exited (found from outside); the jobs it runs are never
+        given back.
+        """
+        fleet = Fleet(["a", "b"], maxJobs=1)
+        warnings: list[str] = []
+
+        def observe(event: LogEvent) -> None:
+            if event.get("log_level") is LogLevel.warn:
+                warnings.append(formatEvent(event))
+
+        globalLogPublisher.addObserver(cast(ILogObserver, observe))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, observe))
+        fleet.service.startService()
+        owner = fleet.member.owner
+        assert owner is not None
+        ghost = fleet.memory.claim(owner, fleet.clock.seconds(), LEASE)
+        assert ghost is not None and ghost.job.name == "b"
+        fleet.built["a"].result.callback(True)
+        fleet.clock.pump([LEASE / 12] * 11)
+        self.assertNotIn("b", fleet.built)
+        self.assertEqual(fleet.memory.state("b"), QueueState.CLAIMED)
+        fleet.clock.pump([LEASE / 12] * 2)
+        self.assertIn("b", fleet.built)
+        self.assertIn(
+            "Job b: claimed in the queue by this daemon, which does not run it; given back",
+            warnings,
+        )
+        fleet.built["b"].result.callback(True)
+        self.assertEqual(fleet.memory.state("a"), QueueState.DONE)
+        self.assertEqual(fleet.memory.state("b"), QueueState.DONE)
+        self.assertEqual(fleet.done, [True])
+        self.stop(fleet)
+
     def test_builtForItsClaim(self) -> None:
         """
         A claimed job is built with the store's view for its claim
@@ -1565,6 +1604,43 @@ class FleetControlsTests(SynchronousTestCase):
         # (claimed again), the pause then comes back with a heartbeat.
         self.fleet.clock.pump([self.fleet.member.period] * 3)
         self.assertIs(self.fleet.memory.state("b"), QueueState.PAUSED)
+
+    def test_pauseDuringOutageWins(self) -> None:
+        """
+        A job this daemon runs, paused while the database is away, finishes
+        its claim only once the pause is written: the finish puts it
+        paused, never queued, and it is not claimed again (found from
+        outside: the finish reached the database first, the row went back
+        to queued, this daemon claimed it again and copied for 1.7 s
+        before the retried pause took).
+        """
+        memory, queue = self.fleet.memory, self.fleet.queue
+        pause, finish = queue.pause, queue.finish
+        downUntil = {"pause": 22.0, "finish": 18.0}
+        written: list[str] = []
+
+        def pausing(name: str) -> Deferred[QueueState]:
+            if self.fleet.clock.seconds() < downUntil["pause"]:
+                return fail(QueueUnavailable("db1: connection refused"))
+            written.append("pause")
+            return pause(name)
+
+        def finishing(claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> Deferred[None]:
+            if self.fleet.clock.seconds() < downUntil["finish"]:
+                return fail(QueueUnavailable("db1: connection refused"))
+            written.append(f"finish {memory.state(claim.job.name).value}")
+            return finish(claim, outcome, notBefore)
+
+        queue.pause = pausing  # type: ignore[method-assign]
+        queue.finish = finishing  # type: ignore[method-assign]
+        first = self.fleet.built["b"]
+        self.failureResultOf(self.controls.pause("b", "alice"), QueueUnavailable)
+        self.assertTrue(first.stopped)
+        self.fleet.clock.pump([1.0] * 60)
+        self.assertEqual(written, ["pause", "finish claimed"])
+        self.assertIs(memory.state("b"), QueueState.PAUSED)
+        self.assertIs(self.fleet.built["b"], first)
+        self.assertNotIn("claimed (generation 3)", self.fleet.causes("b"))
 
     def test_holdsAreTheRows(self) -> None:
         """

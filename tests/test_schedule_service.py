@@ -11,6 +11,7 @@ import os
 import random
 from typing import Sequence, cast
 
+from attrs import evolve
 from twisted.internet.defer import Deferred
 from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, LogEvent, LogLevel, formatEvent, globalLogPublisher
@@ -56,10 +57,11 @@ def server(name: str) -> ServerConfig:
 
 def jobConfig(name: str, user: str, serverName: str = "s", sourceUser: str | None = None) -> JobConfig:
     """
-    A job into C{user} at C{serverName}, from a Maildir, or from
-    C{sourceUser} on the same server.
+    A job into C{user} at C{serverName}, from a Maildir of its own (two
+    jobs are never one migration, which a configuration refuses), or
+    from C{sourceUser} on the same server.
     """
-    source: MaildirSourceConfig | ImapSourceConfig = MaildirSourceConfig("/nonexistent")
+    source: MaildirSourceConfig | ImapSourceConfig = MaildirSourceConfig(f"/nonexistent/{name}")
     if sourceUser is not None:
         source = ImapSourceConfig(server(serverName), sourceUser, None)
     return JobConfig(
@@ -344,6 +346,39 @@ class SchedulerTests(SynchronousTestCase):
         s.finish("a2")
         s.finish("b")
         self.assertEqual(s.done, [True])
+        self.assertEqual(s.clock.getDelayedCalls(), [])
+
+    def test_renamedWhileRunningWaits(self) -> None:
+        """
+        A job that a reload renamed while it ran (removed, it runs to its
+        end; the same source and destination added under a new name) is
+        claimed at once but waits, its progress saying for what, until
+        the old run has ended: both at once copied the same messages
+        twice.  Stopped meanwhile, it gives up its wait.
+        """
+        old = jobConfig("source12", "alice")
+        s = Scheduler([old, jobConfig("b", "bob")], maxJobs=4)
+        s.service.startService()
+        self.assertEqual(s.started, ["source12", "b"])
+        s.queue.remove("source12")
+        s.queue.add(evolve(old, name="extra12"))
+        s.progress.addJob("extra12")
+        s.service.queueChanged()
+        self.assertEqual(s.started, ["source12", "b"])
+        self.assertEqual(
+            s.progress.job("extra12").waitingFor, "the run of job source12 (the same migration) to end"
+        )
+        s.finish("source12")
+        self.assertEqual(s.started, ["source12", "b", "extra12"])
+        s.queue.remove("extra12")
+        s.queue.add(evolve(old, name="third"))
+        s.progress.addJob("third")
+        s.service.queueChanged()
+        stopping = s.service.stopService()
+        assert stopping is not None
+        self.successResultOf(stopping)
+        self.assertEqual(s.started, ["source12", "b", "extra12"])
+        self.assertEqual(s.grants.pools.waiting, 0)
         self.assertEqual(s.clock.getDelayedCalls(), [])
 
     def test_serverLimitAcrossRoles(self) -> None:

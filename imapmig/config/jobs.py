@@ -111,7 +111,25 @@ class JobsReader(SourcesReader):
         firstUse: dict[str, str] = {}
         for index, item in enumerate(items):
             jobs += self._readJobItem(item, f"jobs[{index}]", servers, defaults, firstUse)
+        self._checkTwice(jobs, firstUse)
         return tuple(jobs)
+
+    def _checkTwice(self, jobs: list[JobConfig], firstUse: Mapping[str, str]) -> None:
+        """
+        Refuse two jobs that are one migration (L{JobConfig.migrationKey}:
+        the same source, destination and folder rules), a user list's rows
+        included: run together (or one renamed while it ran), each copies
+        the same messages.
+        """
+        first: dict[tuple[object, ...], str] = {}
+        for job in jobs:
+            other = first.setdefault(job.migrationKey(), job.name)
+            if other != job.name:
+                self._problem(
+                    firstUse[job.name],
+                    f"job {job.name!r} has the same source, destination and folders as job"
+                    f" {other!r} ({firstUse[other]}): the same messages would be copied twice",
+                )
 
     def _readJobList(self, top: Mapping[str, object]) -> list[object] | None:
         """

@@ -302,6 +302,23 @@ class JobConfig:
     retry: RetryConfig = RetryConfig()
     folderNameFallback: bool = True
 
+    def migrationKey(self) -> tuple[object, ...]:
+        """
+        What makes two jobs the same migration under two names: the same
+        source (an IMAP source's server and user, a local source's path),
+        destination account and folder rules.  Two configured jobs never
+        share one (the configuration is refused), and a job waits while a
+        run of another with its key goes on (a reload renamed it while
+        it ran): run at once, both copied the same messages.
+        """
+        source = self.source
+        where = (
+            (source.server.name, source.user)
+            if isinstance(source, ImapSourceConfig)
+            else (type(source).__name__, source.path)
+        )
+        return (where, self.destination.server.name, self.destination.user, self.folders)
+
 
 @frozen
 class StatusConfig:

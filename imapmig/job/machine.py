@@ -68,7 +68,7 @@ class _Core:
     @ivar queue: the job queue, where the admin's controls the machine
         takes are written (L{None}: a machine outside any queue).
     @ivar written: the answer of its last write into a fleet's queue (see
-        L{JobMachines.control}).
+        L{JobMachines.control}); C{writing}, that write (L{JobMachines.landed}).
     @ivar current: the state entered last: written by L{enter} alone.
     @ivar stopBy: who asked the pause or cancel a stopping job stops for.
     """
@@ -79,6 +79,7 @@ class _Core:
     record: Callable[[str, Transition], object] = forget
     queue: IJobQueue | IAsyncJobQueue | None = None
     written: Deferred[QueueState | ImapmigError | None] | None = None
+    writing: QueueWrite | None = None
     current: JobState = JobState.QUEUED
     stopBy: str | None = None
     timer: IDelayedCall | None = None
@@ -113,7 +114,8 @@ class _Core:
         if self.queue is None:
             return
         if IAsyncJobQueue.providedBy(self.queue):
-            self.written = QueueWrite(self.job, self.queue, self.clock, write).attempt()
+            self.writing = QueueWrite(self.job, self.queue, self.clock, write)
+            self.written = self.writing.attempt()
             return
         try:
             if already is None or self.queue.state(self.job) is not already:
@@ -715,6 +717,15 @@ class JobMachines:
         give(self._machines[name][0])
         written, core.written = core.written, None
         return succeed(None) if written is None else written
+
+    def landed(self, name: str) -> Deferred[None]:
+        """
+        Fires once job C{name}'s last write into a fleet's queue is over
+        (L{QueueWrite.landed}); at once if it made none.
+        """
+        made = self._machines.get(name)
+        writing = None if made is None else made[1].writing
+        return succeed(None) if writing is None else writing.landed()
 
     def controlElsewhere(
         self, name: str, control: str

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, cast
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -70,6 +70,9 @@ class QueueWrite:
         self._retry = retry
         self._answer: Deferred[QueueState | ImapmigError | None] = Deferred()
         self._late: IDelayedCall | None = None
+        # Fired once the write is over: written, refused, or given up.
+        self._over = False
+        self._landing: list[Deferred[None]] = []
 
     def attempt(self) -> Deferred[QueueState | ImapmigError | None]:
         """
@@ -79,8 +82,31 @@ class QueueWrite:
         if self._late is None and not self._answer.called:
             self._late = self._clock.callLater(CONTROL_ANSWER, self._unanswered)
         writing: Deferred[QueueState | None] = self._write(self._queue)(self._job)  # type: ignore[assignment]
-        writing.addCallbacks(self._tell, self._failed)
+        writing.addCallbacks(self._wrote, self._failed)
         return self._answer
+
+    def landed(self) -> Deferred[None]:
+        """
+        Fires once the write is over (written, refused, or not to be tried
+        again), however long the queue was unreachable: a job stopped by
+        a control finishes its claim after it, so that the finish finds
+        the control in the row (docs/fleet.md "Controls during a database outage").
+        """
+        if self._over:
+            return succeed(None)
+        landing: Deferred[None] = Deferred(lambda d: self._landing.remove(d))
+        self._landing.append(landing)
+        return landing
+
+    def _land(self) -> None:
+        self._over = True
+        landing, self._landing = self._landing, []
+        for each in landing:
+            each.callback(None)
+
+    def _wrote(self, answer: QueueState | None) -> None:
+        self._land()
+        self._tell(answer)
 
     def _tell(self, answer: QueueState | ImapmigError | None) -> None:
         if self._late is not None and self._late.active():
@@ -105,9 +131,11 @@ class QueueWrite:
         why = failure.getErrorMessage()
         if failure.check(UnknownJob, ControlRefused):
             log.warn("Job {job}: the queue refuses its machine's move: {why}", job=self._job, why=why)
+            self._land()
             self._tell(cast(ImapmigError, failure.value))
         elif failure.check(QueueUnavailable):
             if not self._retry:
+                self._land()
                 self._tell(self._unavailable(why))
                 return
             if not self._answer.called:
@@ -122,4 +150,5 @@ class QueueWrite:
             self._clock.callLater(WRITE_RETRY, self.attempt)
         else:
             log.failure("Job {job}: writing its machine's move into the queue", failure, job=self._job)
+            self._land()
             self._tell(None)

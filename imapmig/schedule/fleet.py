@@ -126,6 +126,8 @@ class FleetScheduler(JobQueueService):
         # A claim failed unanswered: it may have committed (the COMMIT's
         # answer lost), holding a job this daemon does not know of.
         self._unsure = False
+        # When the queue was last asked which jobs it says this daemon holds.
+        self._looked: float | None = None
         # Nothing left but other daemons' claims at the last look, since
         # when (watched for a lease from then: TailWatch).
         self._tail = TailWatch(queue, clock, self.member.period, self._wakeUp)
@@ -212,19 +214,27 @@ class FleetScheduler(JobQueueService):
 
     def _giveBack(self, owner: str) -> Deferred[None]:
         """
-        After a claim that failed unanswered, give back the jobs the queue
-        says this daemon holds that it does not know of (the claim's
-        C{COMMIT} succeeded, its answer lost): held unknown, each would
-        stay claimed for as long as this daemon beats.
+        Give back the jobs the queue says this daemon holds that it does
+        not run: after a claim that failed unanswered (its C{COMMIT}
+        succeeded, its answer lost), and once a lease before a claim (a
+        row set claimed by hand or by a bug: one statement, the index
+        C{jobs_claimed}); held unknown, each would stay claimed for as
+        long as this daemon beats, and C{--exit-when-done} never exit.
+        Called before a claim only, so no claim's answer is on its way.
         """
-        if not self._unsure:
+        now, unsure = self._clock.seconds(), self._unsure
+        if not unsure and self._looked is not None and now - self._looked < self._lease:
             return succeed(None)
+        self._looked = now
 
         def gave(names: list[str]) -> None:
             self._unsure = False
             for name in names:
                 log.warn(
-                    "Job {job}: claimed here by a claim whose answer was lost; given back",
+                    "Job {job}: claimed here by a claim whose answer was lost; given back"
+                    if unsure
+                    else "Job {job}: claimed in the queue by this daemon, which does not run it;"
+                    " given back",
                     job=name,
                 )
 
@@ -279,7 +289,12 @@ class FleetScheduler(JobQueueService):
         name = claim.job.name
         self._finishing.add(name)
         try:
-            while name not in self._lost and self.member.owner == claim.owner:
+            # Stopped by a control taken here: its write into the row
+            # first (tried again while the database is away), so that the
+            # finish puts the job where the control says, never queued
+            # (then claimed again before the control landed).
+            landed = name not in self._halted or await self._whileLeased(self.machines.landed(name))
+            while landed and name not in self._lost and self.member.owner == claim.owner:
                 try:
                     if await self._whileLeased(self._queue.finish(claim, outcome, notBefore)):
                         return True

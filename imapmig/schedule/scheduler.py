@@ -370,6 +370,7 @@ class JobQueueService(Service):
         notBefore = None
         _claimed(machine, claim, self._poll is not None)
         try:
+            await _afterSameMigration(self, claim.job, machine)
             reserving = connections.reserve()
             slotless = self._waitForGrant(machine, name, reserving, slot)
             if slotless:
@@ -694,6 +695,36 @@ def _claimed(machine: JobInputs, claim: JobClaim, fleet: bool) -> None:
         machine.waitForGrant(f"{cause}, taken over from daemon {claim.takenFrom}")
     elif fleet:
         machine.waitForGrant(cause)
+
+
+async def _afterSameMigration(self: JobQueueService, job: JobConfig, machine: JobInputs) -> None:
+    """
+    Wait while a run here of another job is C{job}'s migration
+    (L{JobConfig.migrationKey}: renamed by a reload while it ran): at
+    once, both copied the same messages.  Given up as a grant's wait.
+    """
+    key = job.migrationKey()
+    while others := [n for n, held in self._claims.items() if n != job.name
+                     and n in self._active and held.job.migrationKey() == key]:  # fmt: skip
+        log.warn("Job {job}: waits for the run of job {other}, the same source and"
+                 " destination, to end", job=job.name, other=others[0])  # fmt: skip
+        machine.waitForGrant(f"the run of job {others[0]} (the same migration) to end")
+        ended: Deferred[None] = Deferred()
+        self._reserving[job.name] = ended
+        self._active[others[0]].addBoth(_alsoFire, ended)
+        try:
+            await ended
+        finally:
+            self._reserving.pop(job.name, None)
+
+
+def _alsoFire(result: object, ended: Deferred[None]) -> object:
+    """
+    Fire C{ended} (unless cancelled), passing C{result} on.
+    """
+    if not ended.called:
+        ended.callback(None)
+    return result
 
 
 def _fail(machine: JobInputs, error: str) -> None:
