@@ -299,8 +299,9 @@ class ReportQueries(SQLStore):
         The statements of L{jobReports}, written as L{Dialect} says, each
         row starting with its job: the counts and activity of the jobs'
         messages, their folders marked, their failures, their notes, their
-        jobs' failures, their folders' fallbacks and their timelines (the
-        last two empty in a read-only database older than them).
+        jobs' failures, their folders' fallbacks and their timelines (each
+        of the last three empty in a read-only database older than its
+        table).
         """
         jobs = self._dialect.inJobs
         copied = "failure IS NULL AND NOT present"
@@ -315,6 +316,12 @@ class ReportQueries(SQLStore):
             f" WHERE {jobs} ORDER BY job, seq"
             if self._version >= 11
             else "SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0 = 1"
+        )
+        fallbacks = (
+            "SELECT job, mailbox, fallback, reason FROM imapmig.folder_fallbacks"
+            f" WHERE {jobs} ORDER BY job, mailbox"
+            if self._version >= 4
+            else "SELECT NULL, NULL, NULL, NULL WHERE 0 = 1"
         )
         return (
             "SELECT job,"
@@ -335,8 +342,7 @@ class ReportQueries(SQLStore):
             f" WHERE {jobs} AND failure IS NULL AND note IS NOT NULL"
             " ORDER BY job, folder_key, message_key",
             failures,
-            "SELECT job, mailbox, fallback, reason FROM imapmig.folder_fallbacks"
-            f" WHERE {jobs} ORDER BY job, mailbox",
+            fallbacks,
             timeline,
         )
 
