@@ -25,15 +25,18 @@ from imapmig.errors import PermanentError
 from imapmig.state import (
     AppendedOutcome,
     FailuresPage,
+    FolderFallback,
     IStateStore,
     JobActivity,
+    JobReport,
     MessageNames,
     MessageOutcome,
     OutcomeCounts,
+    Transition,
     withNames,
 )
 from imapmig.state import reports as stateReports
-from tests.statecontract import AnyStore
+from tests.statecontract import PAUSING, RESUMING, AnyStore
 from tests.test_state import MARK, appended, failed, noted, present
 
 if TYPE_CHECKING:
@@ -855,3 +858,74 @@ class NamesContract(_MixinBase):
         self.assertEqual(
             self.successResultOf(store.activity("job")), JobActivity(sizes, 100.0, 130.0, 1)
         )
+
+    def oneByOne(self, store: AnyStore, job: str) -> JobReport:
+        """
+        The report of C{job} from C{store}'s reads of one job each.
+        """
+        failures: list[MessageOutcome] = self.successResultOf(store.failures(job))
+        notes: list[MessageOutcome] = self.successResultOf(store.notes(job))
+        fallbacks: list[FolderFallback] = self.successResultOf(store.folderFallbacks(job))
+        timeline: list[Transition] = self.successResultOf(store.timeline(job))
+        return JobReport(
+            job,
+            self.successResultOf(store.jobFailure(job)),
+            self.successResultOf(store.counts(job)),
+            self.successResultOf(store.activity(job)),
+            tuple(failures),
+            tuple(notes),
+            tuple(fallbacks),
+            tuple(timeline),
+        )
+
+    def test_jobReports(self) -> None:
+        """
+        L{IStateStore.jobReports} gives each job, in the order asked (one
+        named twice, twice), what the store's reads of one job give:
+        failure, counts, activity, failures, notes, folder fallbacks and
+        timeline; a job with nothing recorded has its zeros; no job, no
+        report.
+        """
+        store = self.makeStore()
+        self.clock.advance(100)
+        self.successResultOf(
+            store.recordOutcomes(
+                "a",
+                [
+                    appended("INBOX", "1"),
+                    failed("Sent", "2"),
+                    failed("INBOX", "3"),
+                    present("INBOX", "4"),
+                    noted("INBOX", "5"),
+                ],
+            )
+        )
+        self.clock.advance(30)
+        self.successResultOf(store.recordOutcomes("b", [noted("Sent", "1"), appended("X", "2")]))
+        self.successResultOf(store.recordFolderMark("a", "INBOX", MARK))
+        self.successResultOf(store.recordFolderMark("a", "Sent", MARK))
+        self.successResultOf(
+            store.recordFolderFallback("b", FolderFallback("b\\x", "b_x", "NO Invalid"))
+        )
+        self.successResultOf(
+            store.recordFolderFallback("b", FolderFallback("a\"y", "a_y", "NO Invalid"))
+        )
+        self.successResultOf(store.recordJobFailure("a", "login refused"))
+        for change in (PAUSING, RESUMING):
+            self.successResultOf(store.recordTransition("b", change))
+        jobs = ["b", "none", "a", "b"]
+        reports = self.successResultOf(store.jobReports(jobs))
+        self.assertEqual(reports, [self.oneByOne(store, job) for job in jobs])
+        self.assertEqual(reports[2].failure, "login refused")
+        self.assertEqual(len(reports[2].failures), 2)
+        self.assertEqual(reports[2].activity.folders, 2)
+        self.assertEqual(len(reports[0].fallbacks), 2)
+        self.assertEqual(reports[0].timeline, (PAUSING, RESUMING))
+        self.assertEqual(
+            reports[1],
+            JobReport(
+                "none", None, OutcomeCounts(0, 0, 0, 0, 0), JobActivity(0, None, None, 0),
+                (), (), (), (),
+            ),
+        )  # fmt: skip
+        self.assertEqual(self.successResultOf(store.jobReports([])), [])

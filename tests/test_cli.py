@@ -19,6 +19,7 @@ import imapmig
 
 from imapmig.commands.cli import main
 from imapmig.commands.report import report
+from imapmig.commands.sides import PAGE, selectedPages
 from imapmig.commands.verify import reportNotWritten, verify
 from imapmig.config import loadConfig
 from imapmig.state import FolderFallback, MessageOutcome, Transition
@@ -501,3 +502,32 @@ class PostgreSQLStateTests(SynchronousTestCase):
             out = io.StringIO()
             self.assertEqual((main(argv, out), stderr.getvalue(), out.getvalue()), (2, line, ""))
         self.assertEqual(sorted(os.listdir(base)), ["Maildir", "c.yaml"])
+
+
+class SelectedPagesTests(SynchronousTestCase):
+    """
+    L{selectedPages}: the jobs C{plan} and C{verify} run, a page at a time.
+    """
+
+    def test_pages(self) -> None:
+        """
+        The jobs named, in the configuration's order, in pages of at most
+        L{PAGE} (whose records the store reads at once); the names are
+        looked up as a set, not searched in their list.
+        """
+
+        class Unsearched(list[str]):
+            def __contains__(self, name: object) -> bool:
+                raise AssertionError("names searched as a list")
+
+        class Named:
+            def __init__(self, name: str) -> None:
+                self.name = name
+
+        class Configured:
+            jobs = [Named(f"j{n:04d}") for n in range(PAGE * 2 + 3)]
+
+        names = Unsearched(f"j{n:04d}" for n in range(PAGE * 2 + 3) if n % 2 == 0)
+        pages = list(selectedPages(Configured(), names[::-1]))  # type: ignore[arg-type]
+        self.assertEqual([len(page) for page in pages], [PAGE, 2])
+        self.assertEqual([job.name for page in pages for job in page], list(names))

@@ -16,7 +16,7 @@ import os
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.commands.cli import main
-from imapmig.commands.report import LISTED_JOBS, report, writeFailuresCSV
+from imapmig.commands.report import LISTED_JOBS, REPORT_PAGE, report, writeFailuresCSV
 from imapmig.state import MessageNames, MessageOutcome, Transition, withNames
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.sqlite import SQLiteStateStore
@@ -248,3 +248,57 @@ class CSVTests(SynchronousTestCase):
         with self.assertRaises(SystemExit) as exiting:
             self.command("--csv", "--json")
         self.assertEqual(exiting.exception.code, 2)
+
+
+class CostTests(SynchronousTestCase):
+    """
+    The report reads its jobs' records a page at a time, a few statements
+    a page, whatever the number of jobs.
+    """
+
+    def test_statementsPerPage(self) -> None:
+        """
+        A report of two and a half pages of jobs (L{REPORT_PAGE}) costs
+        the store seven statements a page (in a transaction each) and its
+        holds, in each form;
+        with C{--failures}, one more per job with failed messages; its
+        jobs come in the order asked.  (A job's own reads cost seven
+        statements a job: 8,400 here.)
+        """
+        store = MemoryStateStore()
+        jobs = [f"j{n:05d}" for n in range(REPORT_PAGE * 5 // 2)][::-1]
+        for job in jobs[:3]:
+            store.recordOutcomes(job, [MessageOutcome("INBOX", "1", "INBOX", 10, failure="NO")])
+        statements: list[str] = []
+        connection = store._connection
+        assert connection is not None
+        connection.set_trace_callback(statements.append)
+        pages = 3
+        for asJSON, asCSV, failures, more in [
+            (False, False, False, 0), (True, False, False, 0), (False, True, False, 0),
+            (False, True, True, 3), (True, False, True, 3), (False, False, True, 3),
+        ]:  # fmt: skip
+            del statements[:]
+            out = io.StringIO()
+            self.assertEqual(report(store, jobs, asJSON, out, asCSV, failures), 1)
+            selects = [s for s in statements if s.startswith("SELECT")]
+            self.assertEqual(len(selects), 1 + 7 * pages + more, [s[:40] for s in statements])
+            if asCSV and not failures:
+                rows = list(csv.DictReader(io.StringIO(out.getvalue(), newline="")))
+                self.assertEqual([row["job"] for row in rows], jobs)
+
+    def test_jsonAsDumped(self) -> None:
+        """
+        C{--json}, written a job at a time, is what C{json.dump} of the
+        whole list with an indent of 2 wrote: byte for byte, and C{[]}
+        for no job.
+        """
+        clock = [0.0]
+        store = MemoryStateStore(seconds=lambda: clock[0])
+        fill(store, clock)
+        for jobs in (["a", "b", "c", "d", "e"], ["b"], []):
+            out = io.StringIO()
+            report(store, jobs, True, out)
+            document = json.loads(out.getvalue())
+            self.assertEqual([entry["job"] for entry in document], jobs)
+            self.assertEqual(out.getvalue(), json.dumps(document, indent=2) + "\n")

@@ -280,12 +280,15 @@ class SQLiteJournalTests(SynchronousTestCase):
         """
         A version 2 database opened read-only (by C{imapmig report} before
         the daemon upgraded it) is read as it is, not upgraded: its
-        outcomes are there and its journal is empty.
+        outcomes are there (C{imapmig report} reads them) and its journal
+        is empty.
         """
         connection = self.writeVersion2()
         store = self.openStore(readOnly=True)
         self.assertEqual(self.successResultOf(store.summary("job")), (1, 0))
         self.assertEqual(self.successResultOf(store.journal("job")), [])
+        [report] = self.successResultOf(store.jobReports(["job"]))
+        self.assertEqual((report.counts.copied, report.failure, report.fallbacks), (1, None, ()))
         self.assertEqual(
             connection.execute("SELECT version FROM schema_version").fetchall(), [(2,)]
         )

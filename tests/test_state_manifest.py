@@ -96,8 +96,8 @@ class SchemaVersion8Tests(SynchronousTestCase):
     def test_readOnlyVersion7(self) -> None:
         """
         Opened read-only (by C{imapmig report}), a version 7 database is
-        read without Message-IDs, pages its failures and its manifest, and
-        is left at version 7.
+        read without Message-IDs, pages its failures and its manifest,
+        reports them (no timeline yet), and is left at version 7.
         """
         path = self.mktemp()
         connection = self.writeVersion7(path)
@@ -112,6 +112,8 @@ class SchemaVersion8Tests(SynchronousTestCase):
             self.successResultOf(store.manifestOutcomes("job", None, 10)),
             [present("INBOX", "2", uid=4), failed("INBOX", "3")],
         )
+        [report] = self.successResultOf(store.jobReports(["job"]))
+        self.assertEqual((report.failures, report.timeline), ((failed("INBOX", "3"),), ()))
         self.assertIsNone(self.successResultOf(store.ping()))
         self.assertEqual(
             connection.execute("SELECT version FROM schema_version").fetchall(), [(7,)]

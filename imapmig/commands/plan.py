@@ -33,7 +33,7 @@ from imapmig.mail.folders import (
 )
 from imapmig.job.units import pendingMessages
 from imapmig.sources import IMessageSource
-from imapmig.state import IStateStore
+from imapmig.state import IStateStore, JobReport
 from imapmig.units import octets, plural
 
 
@@ -250,6 +250,7 @@ async def previewJob(
     openDestination: Callable[[], Awaitable[IMAPSession]],
     store: IStateStore,
     nameFallback: bool = True,
+    recorded: JobReport | None = None,
 ) -> JobPlan:
     """
     Plan a job without running it: log in to the destination and read its
@@ -265,6 +266,8 @@ async def previewJob(
     @param store: the state store, read only.
     @param nameFallback: the job's C{folder_name_fallback}: whether the
         fallbacks earlier runs recorded are followed.
+    @param recorded: what C{store} records of the job (its failures and
+        folder fallbacks), read with other jobs'; L{None}: read here.
     @return: the plan; a folder that could not be listed carries its
         C{error}.
     @raise imapmig.errors.ImapmigError: the destination or the source
@@ -277,10 +280,12 @@ async def previewJob(
     finally:
         await session.logout()
     folders = await source.listFolders()
-    recorded = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)} if nameFallback else {}
-    mappings, _ = view.mapped(folders, rules, recorded)
+    if recorded is None:
+        [recorded] = await store.jobReports([job])
+    fallbacks = {f.mailbox: f.fallback for f in recorded.fallbacks} if nameFallback else {}
+    mappings, _ = view.mapped(folders, rules, fallbacks)
     byKey = {m.folder.key: m for m in mappings}
-    failed = frozenset((f.folderKey, f.messageKey) for f in await store.failures(job))
+    failed = frozenset((f.folderKey, f.messageKey) for f in recorded.failures)
     plans = [
         await _folderPlan(job, source, store, folder, byKey.get(folder.key), view.existing, failed)
         for folder in folders
@@ -446,25 +451,29 @@ async def plan(
 
     @return: the exit status: 0 when every job was planned, 1 otherwise.
     """
-    from imapmig.commands.sides import jobSides, selectedJobs
+    from imapmig.commands.sides import jobSides, selectedPages
     from imapmig.oauth.tokens import TokenSources
 
     document: list[dict[str, object]] = []
     status = 0
     # One refresh-token cache per file for the whole command.
     tokens = TokenSources(reactor)
-    for job in selectedJobs(config, jobs):
-        try:
-            async with jobSides(job, reactor, tokens) as (source, openDestination):
-                preview = await previewJob(
-                    job.name, source, job.folders, openDestination, store, job.folderNameFallback
-                )
-        except ImapmigError as e:
-            status = 1
-            document.append(_cannotPlan(job, e, None if asJSON else out))
-            continue
-        status = max(status, 1 if preview.unreadable else 0)
-        document.append(_planned(job, preview, None if asJSON else out))
+    for page in selectedPages(config, jobs):
+        # What the store records of a page of jobs, in a few statements.
+        records = await store.jobReports([job.name for job in page])
+        for job, recorded in zip(page, records):
+            try:
+                async with jobSides(job, reactor, tokens) as (source, openDestination):
+                    preview = await previewJob(
+                        job.name, source, job.folders, openDestination, store,
+                        job.folderNameFallback, recorded,
+                    )  # fmt: skip
+            except ImapmigError as e:
+                status = 1
+                document.append(_cannotPlan(job, e, None if asJSON else out))
+                continue
+            status = max(status, 1 if preview.unreadable else 0)
+            document.append(_planned(job, preview, None if asJSON else out))
     if asJSON:
         json.dump(document, out, indent=2, ensure_ascii=False)
         out.write("\n")

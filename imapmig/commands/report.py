@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from datetime import datetime, timezone
-from typing import Any, Iterator, Mapping, Sequence, TextIO, TypeVar
+from typing import Any, Iterable, Iterator, Mapping, Sequence, TextIO, TypeVar
 
 from attrs import frozen
 from twisted.internet.defer import Deferred
 
-from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold, MessageOutcome
+from imapmig.state import CANCELLED, PAUSED, IStateStore, JobHold, JobReport, MessageOutcome
 from imapmig.status.manifest import COLUMNS, ManifestRow, inertCell, outcomeRow
 from imapmig.units import octets, plural
 
@@ -133,27 +134,88 @@ class RunSummary:
         return self.lastAt - self.firstAt
 
 
-def summarise(entries: Sequence[Mapping[str, Any]]) -> RunSummary:
+class _Tally:
+    """
+    The report's totals, added up as its entries are read a page at a
+    time (L{REPORT_PAGE}): what L{summarise} and the text report's last
+    lines need, in memory bounded whatever the number of jobs.
+    """
+
+    def __init__(self) -> None:
+        self.outcomes = {
+            name: 0
+            for name in (DONE, DONE_WITH_FAILURES, FAILED, PAUSED, CANCELLED, UNFINISHED, NOT_RUN)
+        }
+        self.copied = self.alreadyPresent = self.failed = self.copiedOctets = 0
+        self.firstAt: float | None = None
+        self.lastAt: float | None = None
+        self.ok = True
+        self.paused = _Named()
+        self.notOk = _Named()
+
+    def add(self, entry: Mapping[str, Any]) -> Mapping[str, Any]:
+        """
+        Count C{entry} in; return it.
+        """
+        self.outcomes[jobOutcome(entry)] += 1
+        self.copied += entry["copied"]
+        self.alreadyPresent += entry["already_present"]
+        self.failed += entry["failed"]
+        self.copiedOctets += entry["copied_octets"]
+        first, last = entry["first_at"], entry["last_at"]
+        if first is not None and (self.firstAt is None or first < self.firstAt):
+            self.firstAt = first
+        if last is not None and (self.lastAt is None or last > self.lastAt):
+            self.lastAt = last
+        if entry["hold"] is not None and entry["hold"]["state"] == PAUSED:
+            self.paused.add(str(entry["job"]))
+        if not entry["ok"]:
+            self.ok = False
+            self.notOk.add(_whatFailed(entry))
+        return entry
+
+    def summary(self) -> RunSummary:
+        """
+        The summary of the entries counted.
+        """
+        return RunSummary(
+            outcomes=self.outcomes,
+            copied=self.copied,
+            alreadyPresent=self.alreadyPresent,
+            failed=self.failed,
+            copiedOctets=self.copiedOctets,
+            firstAt=self.firstAt,
+            lastAt=self.lastAt,
+        )
+
+
+class _Named:
+    """
+    The first L{LISTED_JOBS} names of a list the text report ends with,
+    and how many there are.
+    """
+
+    def __init__(self) -> None:
+        self.shown: list[str] = []
+        self.count = 0
+
+    def add(self, name: str) -> None:
+        """
+        Count C{name}, kept if it is among the first.
+        """
+        self.count += 1
+        if len(self.shown) < LISTED_JOBS:
+            self.shown.append(name)
+
+
+def summarise(entries: Iterable[Mapping[str, Any]]) -> RunSummary:
     """
     The summary of the report's C{entries}.
     """
-    outcomes = {
-        name: 0
-        for name in (DONE, DONE_WITH_FAILURES, FAILED, PAUSED, CANCELLED, UNFINISHED, NOT_RUN)
-    }
+    tally = _Tally()
     for entry in entries:
-        outcomes[jobOutcome(entry)] += 1
-    firsts = [entry["first_at"] for entry in entries if entry["first_at"] is not None]
-    lasts = [entry["last_at"] for entry in entries if entry["last_at"] is not None]
-    return RunSummary(
-        outcomes=outcomes,
-        copied=sum(entry["copied"] for entry in entries),
-        alreadyPresent=sum(entry["already_present"] for entry in entries),
-        failed=sum(entry["failed"] for entry in entries),
-        copiedOctets=sum(entry["copied_octets"] for entry in entries),
-        firstAt=min(firsts, default=None),
-        lastAt=max(lasts, default=None),
-    )
+        tally.add(entry)
+    return tally.summary()
 
 
 def _duration(seconds: float) -> str:
@@ -214,7 +276,7 @@ def _stamp(seconds: float | None) -> str | None:
     return at.replace("+00:00", "Z")
 
 
-def writeJobsCSV(entries: Sequence[Mapping[str, Any]], out: TextIO) -> None:
+def writeJobsCSV(entries: Iterable[Mapping[str, Any]], out: TextIO) -> None:
     """
     Write one RFC 4180 CSV row per job (L{JOB_COLUMNS}) to C{out}, after a
     header; nothing else (no summary row).
@@ -250,10 +312,13 @@ def failureRows(store: IStateStore, job: str, now: Any) -> Iterator[ManifestRow]
         for outcome in page:
             if outcome.failure is not None:
                 yield outcomeRow(job, outcome, {}, paths=True)
+        if len(page) < _PAGE:
+            # The last page: asking for the next would read nothing.
+            return
         after = (page[-1].folderKey, page[-1].messageKey)
 
 
-def writeFailuresCSV(store: IStateStore, jobs: Sequence[str], now: Any, out: TextIO) -> int:
+def writeFailuresCSV(store: IStateStore, jobs: Iterable[str], now: Any, out: TextIO) -> int:
     """
     Write every failed message of C{jobs} to C{out} as the status site's
     C{/manifest.csv} lists it (its columns; the folder by its key, as the
@@ -287,6 +352,15 @@ def _now(d: Deferred[T]) -> T:
     return results[0]
 
 
+REPORT_PAGE = 500
+"""
+The jobs whose records the report reads at once
+(L{IStateStore.jobReports}): seven statements a page, where a job's seven
+reads cost 350,000 statements for a fleet's 50,000 jobs (54 s); its
+memory is a page's entries, not the jobs'.
+"""
+
+
 def report(
     store: IStateStore,
     jobs: Sequence[str],
@@ -300,7 +374,8 @@ def report(
     Write the report of C{jobs} from C{store} to C{out}: as text, ending
     with the summary of the run (L{summaryLines}); as JSON; or as CSV, one
     row per job (L{writeJobsCSV}).  With C{failures}, every failed message
-    instead, with its names (L{writeFailuresCSV} as CSV).
+    instead, with its names (L{writeFailuresCSV} as CSV).  Each is written
+    as the jobs' records are read, L{REPORT_PAGE} jobs at a time.
 
     @param holds: the admin's holds, where the store does not keep them (a
         fleet's are its queue's rows: L{imapmig.commands.cli}); L{None}:
@@ -311,35 +386,53 @@ def report(
     """
     if holds is None:
         holds = _now(store.jobHolds())
-    document = [_jobEntry(store, job, holds.get(job)) for job in jobs]
-    status = 0 if all(entry["ok"] for entry in document) else 1
+    tally = _Tally()
+    entries = (tally.add(entry) for entry in _entries(store, jobs, holds))
     if failures:
-        _writeFailures(store, jobs, asJSON, asCSV, out)
-        return status
-    if asJSON:
-        json.dump(document, out, indent=2)
-        out.write("\n")
-        return status
-    if asCSV:
-        writeJobsCSV(document, out)
-        return status
-    _writeText(document, out)
-    return status
+        failed = (str(entry["job"]) for entry in entries if entry["failed"])
+        _writeFailures(store, failed, asJSON, asCSV, out)
+    elif asJSON:
+        _writeJSON(entries, out)
+    elif asCSV:
+        writeJobsCSV(entries, out)
+    else:
+        _writeText(entries, tally, out)
+    return 0 if tally.ok else 1
 
 
-def _jobEntry(store: IStateStore, job: str, hold: JobHold | None) -> dict[str, Any]:
+def _entries(
+    store: IStateStore, jobs: Sequence[str], holds: Mapping[str, JobHold]
+) -> Iterator[dict[str, Any]]:
     """
-    One job's entry of the report, from what C{store} records of it.
+    The report's entries of C{jobs}, read L{REPORT_PAGE} jobs at a time.
     """
-    jobFailure = _now(store.jobFailure(job))
-    counts = _now(store.counts(job))
-    activity = _now(store.activity(job))
-    failed = _now(store.failures(job))
-    notes = _now(store.notes(job))
-    fallbacks = _now(store.folderFallbacks(job))
-    timeline = _now(store.timeline(job))
+    for start in range(0, len(jobs), REPORT_PAGE):
+        for record in _now(store.jobReports(jobs[start : start + REPORT_PAGE])):
+            yield _jobEntry(record, holds.get(record.job))
+
+
+def _writeJSON(items: Iterable[Mapping[str, Any]], out: TextIO) -> None:
+    """
+    Write C{items} to C{out} as one JSON list, as C{json.dump(list(items),
+    out, indent=2)} and a newline would, an item at a time.
+    """
+    written = False
+    for item in items:
+        out.write(",\n" if written else "[\n")
+        out.write(textwrap.indent(json.dumps(item, indent=2), "  "))
+        written = True
+    out.write("\n]\n" if written else "[]\n")
+
+
+def _jobEntry(record: JobReport, hold: JobHold | None) -> dict[str, Any]:
+    """
+    One job's entry of the report, from what the store records of it.
+    """
+    jobFailure = record.failure
+    counts = record.counts
+    activity = record.activity
     return {
-        "job": job,
+        "job": record.job,
         "ok": (
             jobFailure is None
             and counts.failed == 0
@@ -369,7 +462,7 @@ def _jobEntry(store: IStateStore, job: str, hold: JobHold | None) -> dict[str, A
                 "subject": f.subject,
                 "reason": f.failure,
             }
-            for f in failed
+            for f in record.failures
         ],
         "notes": [
             {
@@ -379,37 +472,32 @@ def _jobEntry(store: IStateStore, job: str, hold: JobHold | None) -> dict[str, A
                 "uid": n.uid,
                 "note": n.note,
             }
-            for n in notes
+            for n in record.notes
         ],
         "folder_fallbacks": [
             {"mailbox": f.mailbox, "fallback": f.fallback, "reason": f.reason}
-            for f in fallbacks
+            for f in record.fallbacks
         ],
         "timeline": [
             {"time": t.time, "from": t.source, "to": t.target, "cause": t.cause, "by": t.by}
-            for t in timeline
+            for t in record.timeline
         ],
     }
 
 
-def _writeText(document: Sequence[dict[str, Any]], out: TextIO) -> None:
+def _writeText(entries: Iterable[Mapping[str, Any]], tally: _Tally, out: TextIO) -> None:
     """
-    The text report: a line per job with what failed, then the summary.
+    The text report: a line per job with what failed, then the summary,
+    of the C{entries} that C{tally} counts as they are read.
     """
-    for entry in document:
+    for entry in entries:
         _writeEntry(entry, out)
-    paused = [
-        str(entry["job"])
-        for entry in document
-        if entry["hold"] is not None and entry["hold"]["state"] == PAUSED
-    ]
-    for line in summaryLines(summarise(document)):
+    for line in summaryLines(tally.summary()):
         out.write(line + "\n")
-    if paused:
-        out.write(f"paused: {_listed(paused)}\n")
-    failed = [_whatFailed(entry) for entry in document if not entry["ok"]]
-    if failed:
-        out.write(f"failed: {_listed(failed)}\n")
+    if tally.paused.count:
+        out.write(f"paused: {_listed(tally.paused)}\n")
+    if tally.notOk.count:
+        out.write(f"failed: {_listed(tally.notOk)}\n")
 
 
 LISTED_JOBS = 20
@@ -420,16 +508,16 @@ pushed its summary off the screen.
 """
 
 
-def _listed(names: Sequence[str]) -> str:
+def _listed(names: _Named) -> str:
     """
     The first L{LISTED_JOBS} of C{names}, and how many more there are.
     """
-    shown = ", ".join(names[:LISTED_JOBS])
-    more = len(names) - LISTED_JOBS
+    shown = ", ".join(names.shown)
+    more = names.count - LISTED_JOBS
     return shown if more <= 0 else f"{shown} and {more:,} more (imapmig report --csv lists every job)"
 
 
-def _writeEntry(entry: dict[str, Any], out: TextIO) -> None:
+def _writeEntry(entry: Mapping[str, Any], out: TextIO) -> None:
     """
     One job's lines of the text report.
     """
@@ -471,7 +559,7 @@ shows; a longer one is cut (its last character then C{…}).
 """
 
 
-def _lastChange(change: dict[str, Any]) -> str:
+def _lastChange(change: Mapping[str, Any]) -> str:
     """
     The text report's line on the last change of state of a held job or
     one whose latest run failed: from and to, when (ISO 8601, UTC), and its cause, on one line
@@ -489,25 +577,26 @@ def _lastChange(change: dict[str, Any]) -> str:
 
 def _writeFailures(
     store: IStateStore,
-    jobs: Sequence[str],
+    jobs: Iterable[str],
     asJSON: bool,
     asCSV: bool,
     out: TextIO,
 ) -> None:
     """
-    Every failed message of C{jobs}: as CSV, with the status site's
-    manifest columns; as JSON, a list of objects with those keys; as text,
-    a line each (job, folder/key, Message-ID, Date, From, Subject,
-    reason, tab-separated).
+    Every failed message of C{jobs} (those with failed messages: the
+    others cost no statement): as CSV, with the status site's manifest
+    columns; as JSON, a list of objects with those keys; as text, a line
+    each (job, folder/key, Message-ID, Date, From, Subject, reason,
+    tab-separated).
     """
     if asCSV:
         writeFailuresCSV(store, jobs, _now, out)
         return
-    rows = [row for job in jobs for row in failureRows(store, job, _now)]
+    rows = (row for job in jobs for row in failureRows(store, job, _now))
     if asJSON:
-        json.dump([dict(zip(COLUMNS, row)) for row in rows], out, indent=2)
-        out.write("\n")
+        _writeJSON((dict(zip(COLUMNS, row)) for row in rows), out)
         return
+    count = 0
     for row in rows:
         named = dict(zip(COLUMNS, row))
         out.write(
@@ -517,10 +606,11 @@ def _writeFailures(
             )
             + "\n"
         )
-    out.write(f"{plural(len(rows), 'failed message')}\n")
+        count += 1
+    out.write(f"{plural(count, 'failed message')}\n")
 
 
-def _whatFailed(entry: dict[str, Any]) -> str:
+def _whatFailed(entry: Mapping[str, Any]) -> str:
     """
     What failed in a job's report C{entry}: the job, its messages, or both.
     """

@@ -20,11 +20,30 @@ from imapmig.sources.imap import IMAPSource
 DestinationOpener = Callable[[], Awaitable[IMAPSession]]
 
 
-def selectedJobs(config: Config, names: Sequence[str]) -> Iterator[JobConfig]:
+PAGE = 500
+"""
+The jobs whose records C{plan} and C{verify} read from the state store
+at once (L{IStateStore.jobReports<imapmig.state.IStateStore.jobReports>}),
+as C{imapmig report} does.
+"""
+
+
+def selectedPages(config: Config, names: Sequence[str]) -> Iterator[list[JobConfig]]:
     """
-    The jobs of C{config} named in C{names}, in the configuration's order.
+    The jobs of C{config} named in C{names}, in the configuration's order,
+    a list of at most L{PAGE} at a time.  (C{names} is looked in as a
+    set: a list of a fleet's 50,000 names took 1.25 billion comparisons.)
     """
-    return (job for job in config.jobs if job.name in names)
+    wanted = frozenset(names)
+    page: list[JobConfig] = []
+    for job in config.jobs:
+        if job.name in wanted:
+            page.append(job)
+        if len(page) == PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
 
 
 @asynccontextmanager

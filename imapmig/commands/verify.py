@@ -45,7 +45,7 @@ from imapmig.job.units import chunks
 from imapmig.sources import IMessageSource
 from imapmig.sources.maildir import MaildirSource
 from imapmig.sources.mbox import MboxSource
-from imapmig.state import IStateStore, MessageOutcome
+from imapmig.state import IStateStore, JobReport, MessageOutcome
 from imapmig.units import Count, plural
 
 log = Logger()
@@ -639,6 +639,7 @@ async def verifyJob(
     rules: FolderRules,
     openDestination: Callable[[], Awaitable[IMAPSession]],
     store: IStateStore,
+    recorded: JobReport | None = None,
 ) -> VerifyReport:
     """
     Compare a job's source with its destination account.
@@ -647,6 +648,8 @@ async def verifyJob(
     @param source: the job's L{imapmig.sources.IMessageSource}.
     @param rules: the job's folder rules.
     @param openDestination: opens a logged-in session to the destination.
+    @param recorded: what C{store} records of the job (its failures and
+        folder fallbacks), read with other jobs'; L{None}: read here.
     @return: the report; its C{differences} are empty when the destination
         holds the source exactly.
     """
@@ -659,15 +662,15 @@ async def verifyJob(
             if m.selectable
         }
         folders = await source.listFolders()
+        if recorded is None:
+            [recorded] = await store.jobReports([job])
         # Where the job fell back to a safe spelling, so does verify.
-        recorded = {f.mailbox: f.fallback for f in await store.folderFallbacks(job)}
-        mappings, excluded = view.mapped(folders, rules, recorded)
+        fallbacks = {f.mailbox: f.fallback for f in recorded.fallbacks}
+        mappings, excluded = view.mapped(folders, rules, fallbacks)
         byMailbox: dict[str, list[FolderMapping]] = defaultdict(list)
         for mapping in mappings:
             byMailbox[mapping.mailbox].append(mapping)
-        failures = {
-            (f.folderKey, f.messageKey): f.failure or "" for f in await store.failures(job)
-        }
+        failures = {(f.folderKey, f.messageKey): f.failure or "" for f in recorded.failures}
         reports = []
         for mailbox, group in _inListingOrder(byMailbox, folders):
             destination = byName.get(mailbox)
@@ -701,25 +704,30 @@ async def verify(
     @return: the exit status: 0 without differences, 1 otherwise (also
         when the report cannot be written: L{reportNotWritten} says why).
     """
-    from imapmig.commands.sides import jobSides, selectedJobs
+    from imapmig.commands.sides import jobSides, selectedPages
     from imapmig.oauth.tokens import TokenSources
 
     document: list[dict[str, object]] = []
     status = 0
     # One refresh-token cache per file for the whole command.
     tokens = TokenSources(reactor)
-    for job in selectedJobs(config, jobs):
-        try:
-            async with jobSides(job, reactor, tokens) as (source, openDestination):
-                result = await verifyJob(job.name, source, job.folders, openDestination, store)
-        except ImapmigError as e:
-            out.write(f"{job.name}: cannot verify: {e}\n")
-            document.append({"job": job.name, "error": str(e)})
-            status = 1
-            continue
-        if _writeVerified(job.name, result, out):
-            status = 1
-        document.append(result.toJSON())
+    for page in selectedPages(config, jobs):
+        # What the store records of a page of jobs, in a few statements.
+        records = await store.jobReports([job.name for job in page])
+        for job, recorded in zip(page, records):
+            try:
+                async with jobSides(job, reactor, tokens) as (source, openDestination):
+                    result = await verifyJob(
+                        job.name, source, job.folders, openDestination, store, recorded
+                    )
+            except ImapmigError as e:
+                out.write(f"{job.name}: cannot verify: {e}\n")
+                document.append({"job": job.name, "error": str(e)})
+                status = 1
+                continue
+            if _writeVerified(job.name, result, out):
+                status = 1
+            document.append(result.toJSON())
     try:
         writeReport(reportPath, document)
     except OSError as e:

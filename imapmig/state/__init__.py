@@ -56,6 +56,7 @@ from imapmig.state.reports import (
     FailuresPage,
     IReportQueries,
     JobActivity,
+    JobReport,
     OutcomeCounts,
 )
 
@@ -77,6 +78,7 @@ __all__ = [
     "IStateStore",
     "JobActivity",
     "JobHold",
+    "JobReport",
     "JournalEntry",
     "JournalMessage",
     "MESSAGE_ID_LENGTH",

@@ -18,8 +18,9 @@ C{RETURNING}), as Debian 12's 3.40 has.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from twisted.internet.defer import Deferred
 
@@ -65,6 +66,10 @@ class Dialect:
         (ASCII lower case), folding ASCII letters only.
     @ivar least: the function of the smaller of two values.
     @ivar greatest: the function of the larger of two values.
+    @ivar inJobs: whether a row's C{job} is one of the named parameter
+        C{:jobs}, given as L{jobSet} makes it: a set of jobs read in one
+        statement (as an index's ranges), not a statement per job.
+    @ivar jobSet: the value of C{:jobs} for a list of jobs' names.
     """
 
     def __init__(
@@ -75,6 +80,8 @@ class Dialect:
         contains: str,
         least: str,
         greatest: str,
+        inJobs: str,
+        jobSet: Callable[[Sequence[str]], object],
     ) -> None:
         self.name = name
         self.notCopied = notCopied
@@ -82,6 +89,8 @@ class Dialect:
         self.contains = contains
         self.least = least
         self.greatest = greatest
+        self.inJobs = inJobs
+        self.jobSet = jobSet
         self._statements: dict[str, str] = {}
 
     def __repr__(self) -> str:
@@ -108,6 +117,10 @@ SQLITE = Dialect(
     contains="instr(lower({column}), :needle)",
     least="min",
     greatest="max",
+    # One text parameter whatever the number of jobs (a statement's
+    # variables are limited), read by the index as IN's list.
+    inJobs="job IN (SELECT value FROM json_each(:jobs))",
+    jobSet=lambda jobs: json.dumps(list(jobs)),
 )
 
 POSTGRESQL = Dialect(
@@ -118,6 +131,8 @@ POSTGRESQL = Dialect(
     contains='strpos(lower({column} COLLATE "C"), :needle) > 0',
     least="least",
     greatest="greatest",
+    inJobs="job = ANY(CAST(:jobs AS text[]))",
+    jobSet=list,
 )
 
 

@@ -12,18 +12,22 @@ lines; PostgreSQL's counterpart (C{_pgreports.py}) is merged into it.
 
 from __future__ import annotations
 
-from typing import Any
+from collections import defaultdict
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred, succeed
 from zope.interface import implementer
 
 from imapmig.state._sqldialect import SQLStore
+from imapmig.state._timeline import transitionOf
+from imapmig.state.folders import FolderFallback
 from imapmig.state.outcomes import MessageOutcome, outcomeOf
 from imapmig.state.reports import (
     FailuresPage,
     FailuresQuery,
     IReportQueries,
     JobActivity,
+    JobReport,
     OutcomeCounts,
 )
 
@@ -272,3 +276,124 @@ class ReportQueries(SQLStore):
             " ORDER BY folder_key, message_key",
             (job,),
         )
+
+    def jobReports(self, jobs: Sequence[str]) -> Deferred[list[JobReport]]:
+        """
+        See L{IStateStore.jobReports}: seven statements in one snapshot,
+        each over the set of C{jobs} (L{Dialect.inJobs}) by the index of
+        each table, whose first column is the job.
+        """
+        if not jobs:
+            return self._ifOpen([])
+        statements = [self._dialect.sql(s) for s in self._reportStatements()]
+        parameters = {"jobs": self._dialect.jobSet(jobs)}
+
+        def read(connection: Any) -> list[JobReport]:
+            tables = [connection.execute(s, parameters).fetchall() for s in statements]
+            return _jobReports(jobs, *tables)
+
+        return self._snapshot("read the report", read)
+
+    def _reportStatements(self) -> tuple[str, ...]:
+        """
+        The statements of L{jobReports}, written as L{Dialect} says, each
+        row starting with its job: the counts and activity of the jobs'
+        messages, their folders marked, their failures, their notes, their
+        jobs' failures, their folders' fallbacks and their timelines (each
+        of the last three empty in a read-only database older than its
+        table).
+        """
+        jobs = self._dialect.inJobs
+        copied = "failure IS NULL AND NOT present"
+        columns = self._outcomeColumns()
+        failures = (
+            "SELECT job, reason FROM imapmig.job_failures WHERE " + jobs
+            if self._version >= 7
+            else "SELECT NULL, NULL WHERE 0 = 1"
+        )
+        timeline = (
+            "SELECT job, time, source, target, cause, by FROM imapmig.job_transitions"
+            f" WHERE {jobs} ORDER BY job, seq"
+            if self._version >= 11
+            else "SELECT NULL, NULL, NULL, NULL, NULL, NULL WHERE 0 = 1"
+        )
+        fallbacks = (
+            "SELECT job, mailbox, fallback, reason FROM imapmig.folder_fallbacks"
+            f" WHERE {jobs} ORDER BY job, mailbox"
+            if self._version >= 4
+            else "SELECT NULL, NULL, NULL, NULL WHERE 0 = 1"
+        )
+        return (
+            "SELECT job,"
+            f" count(*) FILTER (WHERE {copied}),"
+            " count(*) FILTER (WHERE failure IS NULL AND present),"
+            " count(failure),"
+            " count(*) FILTER (WHERE failure IS NULL AND converted),"
+            " count(*) FILTER (WHERE failure IS NULL AND note IS NOT NULL),"
+            f" coalesce(sum(size) FILTER (WHERE {copied}), 0),"
+            f" min(updated_at) FILTER (WHERE {copied}),"
+            f" max(updated_at) FILTER (WHERE {copied})"
+            f" FROM imapmig.messages WHERE {jobs} GROUP BY job",
+            f"SELECT job, count(*) FROM imapmig.folders WHERE {jobs} GROUP BY job",
+            f"SELECT job, {columns} FROM {self._notCopied()}"
+            f" WHERE {jobs} AND {self._dialect.notCopied} AND failure IS NOT NULL"
+            " ORDER BY job, folder_key, message_key",
+            f"SELECT job, {columns} FROM imapmig.messages"
+            f" WHERE {jobs} AND failure IS NULL AND note IS NOT NULL"
+            " ORDER BY job, folder_key, message_key",
+            failures,
+            fallbacks,
+            timeline,
+        )
+
+
+_NO_COUNTS = OutcomeCounts(0, 0, 0, 0, 0)
+_NO_ACTIVITY = (0, None, None)
+
+
+def _jobReports(
+    jobs: Sequence[str],
+    totals: list[Any],
+    folders: list[Any],
+    failures: list[Any],
+    notes: list[Any],
+    jobFailures: list[Any],
+    fallbacks: list[Any],
+    timelines: list[Any],
+) -> list[JobReport]:
+    """
+    The reports of C{jobs} from the rows of L{ReportQueries.jobReports}'s
+    statements, each starting with its job.
+    """
+    counts = {row[0]: OutcomeCounts(*(int(n) for n in row[1:6])) for row in totals}
+    activity = {row[0]: (int(row[6]), row[7], row[8]) for row in totals}
+    marked = {job: int(count) for job, count in folders}
+    reasons = {job: str(reason) for job, reason in jobFailures}
+    failed = _byJob(failures, outcomeOf)
+    noted = _byJob(notes, outcomeOf)
+    fellBack = _byJob(fallbacks, lambda row: FolderFallback(*row))
+    timeline = _byJob(timelines, transitionOf)
+    return [
+        JobReport(
+            job=job,
+            failure=reasons.get(job),
+            counts=counts.get(job, _NO_COUNTS),
+            activity=JobActivity(*activity.get(job, _NO_ACTIVITY), marked.get(job, 0)),
+            failures=tuple(failed.get(job, ())),
+            notes=tuple(noted.get(job, ())),
+            fallbacks=tuple(fellBack.get(job, ())),
+            timeline=tuple(timeline.get(job, ())),
+        )
+        for job in jobs
+    ]
+
+
+def _byJob(rows: list[Any], convert: Any) -> dict[str, list[Any]]:
+    """
+    What C{convert} makes of each of C{rows} without its first column,
+    the job, by job, in their order.
+    """
+    byJob: dict[str, list[Any]] = defaultdict(list)
+    for row in rows:
+        byJob[row[0]].append(convert(tuple(row[1:])))
+    return byJob
