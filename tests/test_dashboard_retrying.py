@@ -97,4 +97,7 @@ class RetryingTextTests(SynchronousTestCase):
             done.stdout.decode(), "retrying: connection refused (attempt 3 of 10, next at 18:02)"
         )
         lifecycle.stop()
+        # The stopped wait ends its run a turn later (RunRetries: once the
+        # transition that cancelled it has returned); no timer stays.
+        clock.advance(0)
         self.assertEqual(clock.getDelayedCalls(), [])
