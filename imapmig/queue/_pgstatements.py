@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from psycopg import sql
+
 from imapmig.queue._pgjoblist import CLAIMABLE
 
 REGISTER = """
@@ -150,6 +152,26 @@ UPDATE imapmig_queue.jobs SET state = 'failed', owner = NULL, requested = NULL, 
  WHERE name = %(name)s
 """
 
+
+def beforeClaim(now: float) -> sql.Composed:
+    """
+    What a claim runs before its own statement (L{CLAIM}), in one round
+    trip: a script of the claim's parameterless statements, in the order
+    they ran one by one (the removed jobs of expired daemons gone, expired
+    daemons' jobs released, the jobs due at C{now} queued, old daemons
+    pruned, the claim lock taken, the counts folded).  Sent without
+    parameters, psycopg sends it as one simple query; one by one they were
+    five more round trips of each claim's ten (bench/results/fleet.md "A
+    fleet daemon's statements per job").
+
+    @param now: the claiming daemon's clock, in seconds since the epoch.
+    """
+    due = sql.SQL(DUE.replace("%(now)s", "{now}")).format(now=sql.Literal(float(now)))
+    lock = sql.SQL("SELECT pg_advisory_xact_lock({lock})").format(lock=sql.Literal(CLAIM_LOCK))
+    parts = [sql.SQL(LEAVE_EXPIRED), sql.SQL(RELEASE), due, sql.SQL(PRUNE), lock]
+    return sql.SQL(";").join([*parts, sql.SQL(FOLD_COUNTS)])
+
+
 # The counts by state are the sum of job_counts' rows, which the jobs'
 # triggers add to (imapmig.queue._pgschema); this folds them into one row
 # per state, so that they stay a handful.
@@ -231,6 +253,7 @@ __all__: Sequence[str] = (
     "LEAVE_EXPIRED",
     "ORPHANS",
     "PRUNE",
+    "beforeClaim",
     "REGISTER",
     "RELEASE",
     "RENEW",

@@ -97,10 +97,8 @@ from imapmig.queue._pgstatements import (
     ADD_KEPT,
     ADD_NEW,
     CLAIM,
-    CLAIM_LOCK,
     COUNTS,
     CURRENT,
-    DUE,
     FINISH,
     FOLD_COUNTS,
     GIVE_BACK,
@@ -108,15 +106,13 @@ from imapmig.queue._pgstatements import (
     HELD,
     KNOWN,
     LEAVE,
-    LEAVE_EXPIRED,
     LEAVING,
     ORPHANS,
-    PRUNE,
     REGISTER,
-    RELEASE,
     RENEW,
     RENEWED,
     UNBUILT,
+    beforeClaim,
 )
 from imapmig.state.pgconnect import Connection, Connector
 
@@ -421,12 +417,7 @@ class PostgreSQLJobQueue:
             beat = c.execute(RENEW, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
                 raise LeaseLost(f"daemon {owner}'s lease ran out")
-            c.execute(LEAVE_EXPIRED)
-            c.execute(RELEASE)
-            c.execute(DUE, {"now": now})
-            c.execute(PRUNE)
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
-            c.execute(FOLD_COUNTS)
+            c.execute(beforeClaim(now))
             row = c.execute(
                 CLAIM, {"me": owner, "list": self._list.digest, "skip": sorted(skipServers)}
             ).fetchone()
