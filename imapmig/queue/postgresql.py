@@ -99,7 +99,7 @@ from imapmig.queue._pgstatements import (
     CLAIM,
     COUNTS,
     CURRENT,
-    FINISH,
+    FINISHED,
     FOLD_COUNTS,
     GIVE_BACK,
     HEARTBEAT,
@@ -466,12 +466,7 @@ class PostgreSQLJobQueue:
 
     def finish(self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
         values = dict(self._current(claim), outcome=outcome.value, notBefore=notBefore)
-
-        def release(c: Connection) -> None:
-            if not c.execute(LEAVE + CURRENT, values).rowcount:
-                c.execute(FINISH, values)
-
-        self._run("finish a job", release)
+        self._use("finish a job", lambda c: c.execute(FINISHED, values))
 
     def giveBack(self, owner: str, known: frozenset[str]) -> list[str]:
         "See L{IAsyncJobQueue.giveBack<imapmig.queue.IAsyncJobQueue.giveBack>}."
