@@ -362,6 +362,36 @@ class OutcomeJournalContract(_MixinBase):
         )
         self.assertEqual(self.successResultOf(store.destinationMap("job", "Trash")), {})
 
+    def test_destinationMaps(self) -> None:
+        """
+        L{IStateStore.destinationMaps} is L{IStateStore.destinationMap} of
+        each folder asked, in one read: an empty map for a folder with no
+        outcome in the destination, nothing for a folder not asked.
+        """
+        store = self.makeStore()
+        self.successResultOf(
+            store.recordOutcomes(
+                "job",
+                [
+                    appended("INBOX", "1", uid=1),
+                    present("INBOX", "2"),
+                    failed("INBOX", "3"),
+                    appended("Sent", "1"),
+                    appended("Trash", "1"),
+                ],
+            )
+        )
+        self.successResultOf(store.recordOutcomes("other", [appended("Drafts", "9")]))
+        self.assertEqual(
+            self.successResultOf(store.destinationMaps("job", ["INBOX", "Sent", "Drafts"])),
+            {
+                "INBOX": {"1": appended("INBOX", "1", uid=1), "2": present("INBOX", "2")},
+                "Sent": {"1": appended("Sent", "1")},
+                "Drafts": {},
+            },
+        )
+        self.assertEqual(self.successResultOf(store.destinationMaps("job", [])), {})
+
     def test_namesLeaveDestinationAlone(self) -> None:
         """
         L{IStateStore.nameMessages} names failed messages only: an

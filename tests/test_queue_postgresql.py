@@ -170,6 +170,67 @@ class PostgreSQLJobQueueTests(PostgreSQLTestMixin):
             [(100, sum(1 for each in claimed if each), 1)],
         )
 
+    def test_claimRoundTrips(self) -> None:
+        """
+        A claim sends three statements in its transaction: the lease's
+        renewal, what runs before the claim as one script (a deferred job
+        now due is queued by it), and the claim; each was one more round
+        trip of every job's claim.
+        """
+        queue = self.queueOf(3)
+        owner = queue.register("host", 1, "1.0", 600.0)
+        first = queue.claim(owner, 0.0, 600.0)
+        assert first is not None
+        queue.finish(first, JobOutcome.DEFERRED, notBefore=50.0)
+        connection = queue._connection
+        assert connection is not None
+        sent: list[object] = []
+        execute = connection.execute
+
+        def counted(query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(query)
+            return execute(query, *args, **kwargs)
+
+        connection.execute = counted  # type: ignore[method-assign]
+        due = queue.claim(owner, 100.0, 600.0)
+        self.assertEqual(len(sent), 3)
+        assert due is not None
+        self.assertEqual(due.job.name, "j0")
+
+    def test_finishOneStatement(self) -> None:
+        """
+        A finish is one statement and no transaction of its own (it was
+        two statements in one, four round trips): the job is done, and a
+        job a reload removed while claimed leaves the queue.
+        """
+        queue = self.queueOf(2)
+        owner = queue.register("host", 1, "1.0", 600.0)
+        first = queue.claim(owner, 0.0, 600.0)
+        second = queue.claim(owner, 0.0, 600.0)
+        assert first is not None and second is not None
+        self.sql("UPDATE imapmig_queue.jobs SET requested = 'remove' WHERE name = 'j1'")
+        connection = queue._connection
+        assert connection is not None
+        sent: list[object] = []
+        execute, transaction = connection.execute, connection.transaction
+
+        def counted(query: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(query)
+            return execute(query, *args, **kwargs)
+
+        def begun(*args: Any, **kwargs: Any) -> Any:
+            sent.append("BEGIN")
+            return transaction(*args, **kwargs)
+
+        connection.execute = counted  # type: ignore[method-assign]
+        connection.transaction = begun  # type: ignore[method-assign]
+        queue.finish(first, JobOutcome.COMPLETED)
+        queue.finish(second, JobOutcome.COMPLETED)
+        self.assertEqual(len(sent), 2)
+        self.assertEqual(
+            self.sql("SELECT name, state, owner FROM imapmig_queue.jobs"), [("j0", "done", None)]
+        )
+
     def test_claimAnswerLostGivenBack(self) -> None:
         """
         A claim whose C{COMMIT} succeeded but whose connection was killed

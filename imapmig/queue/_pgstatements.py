@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from psycopg import sql
+
 from imapmig.queue._pgjoblist import CLAIMABLE
 
 REGISTER = """
@@ -150,6 +152,26 @@ UPDATE imapmig_queue.jobs SET state = 'failed', owner = NULL, requested = NULL, 
  WHERE name = %(name)s
 """
 
+
+def beforeClaim(now: float) -> sql.Composed:
+    """
+    What a claim runs before its own statement (L{CLAIM}), in one round
+    trip: a script of the claim's parameterless statements, in the order
+    they ran one by one (the removed jobs of expired daemons gone, expired
+    daemons' jobs released, the jobs due at C{now} queued, old daemons
+    pruned, the claim lock taken, the counts folded).  Sent without
+    parameters, psycopg sends it as one simple query; one by one they were
+    five more round trips of each claim's ten (bench/results/fleet.md "A
+    fleet daemon's statements per job").
+
+    @param now: the claiming daemon's clock, in seconds since the epoch.
+    """
+    due = sql.SQL(DUE.replace("%(now)s", "{now}")).format(now=sql.Literal(float(now)))
+    lock = sql.SQL("SELECT pg_advisory_xact_lock({lock})").format(lock=sql.Literal(CLAIM_LOCK))
+    parts = [sql.SQL(LEAVE_EXPIRED), sql.SQL(RELEASE), due, sql.SQL(PRUNE), lock]
+    return sql.SQL(";").join([*parts, sql.SQL(FOLD_COUNTS)])
+
+
 # The counts by state are the sum of job_counts' rows, which the jobs'
 # triggers add to (imapmig.queue._pgschema); this folds them into one row
 # per state, so that they stay a handful.
@@ -195,6 +217,14 @@ UPDATE imapmig_queue.jobs j
     + CURRENT
 )
 
+# A claim's end in one statement, so without a transaction of its own: a
+# job a reload removed while claimed leaves (LEAVE), any other is
+# finished (FINISH); they were two statements and four round trips.
+FINISHED = (
+    "WITH gone AS (" + LEAVE + CURRENT + " RETURNING j.name)"
+    + FINISH + " AND NOT EXISTS (SELECT 1 FROM gone)"
+)
+
 # A claim its daemon does not know of (its COMMIT's answer lost): given
 # back as FINISH with 'stopped' does, and marked taken over from that
 # daemon now, so that the next claim waits the quiet period and reconciles
@@ -222,6 +252,7 @@ __all__: Sequence[str] = (
     "CURRENT",
     "DUE",
     "FINISH",
+    "FINISHED",
     "FOLD_COUNTS",
     "GIVE_BACK",
     "HELD",
@@ -231,6 +262,7 @@ __all__: Sequence[str] = (
     "LEAVE_EXPIRED",
     "ORPHANS",
     "PRUNE",
+    "beforeClaim",
     "REGISTER",
     "RELEASE",
     "RENEW",

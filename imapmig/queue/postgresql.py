@@ -97,26 +97,22 @@ from imapmig.queue._pgstatements import (
     ADD_KEPT,
     ADD_NEW,
     CLAIM,
-    CLAIM_LOCK,
     COUNTS,
     CURRENT,
-    DUE,
-    FINISH,
+    FINISHED,
     FOLD_COUNTS,
     GIVE_BACK,
     HEARTBEAT,
     HELD,
     KNOWN,
     LEAVE,
-    LEAVE_EXPIRED,
     LEAVING,
     ORPHANS,
-    PRUNE,
     REGISTER,
-    RELEASE,
     RENEW,
     RENEWED,
     UNBUILT,
+    beforeClaim,
 )
 from imapmig.state.pgconnect import Connection, Connector
 
@@ -421,12 +417,7 @@ class PostgreSQLJobQueue:
             beat = c.execute(RENEW, {"me": owner, "lease": lease}).fetchone()
             if beat is None:
                 raise LeaseLost(f"daemon {owner}'s lease ran out")
-            c.execute(LEAVE_EXPIRED)
-            c.execute(RELEASE)
-            c.execute(DUE, {"now": now})
-            c.execute(PRUNE)
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (CLAIM_LOCK,))
-            c.execute(FOLD_COUNTS)
+            c.execute(beforeClaim(now))
             row = c.execute(
                 CLAIM, {"me": owner, "list": self._list.digest, "skip": sorted(skipServers)}
             ).fetchone()
@@ -475,12 +466,7 @@ class PostgreSQLJobQueue:
 
     def finish(self, claim: JobClaim, outcome: JobOutcome, notBefore: float | None = None) -> None:
         values = dict(self._current(claim), outcome=outcome.value, notBefore=notBefore)
-
-        def release(c: Connection) -> None:
-            if not c.execute(LEAVE + CURRENT, values).rowcount:
-                c.execute(FINISH, values)
-
-        self._run("finish a job", release)
+        self._use("finish a job", lambda c: c.execute(FINISHED, values))
 
     def giveBack(self, owner: str, known: frozenset[str]) -> list[str]:
         "See L{IAsyncJobQueue.giveBack<imapmig.queue.IAsyncJobQueue.giveBack>}."

@@ -304,6 +304,15 @@ class IOutcomeJournal(Interface):
         key.  Failed messages are left out.
         """
 
+    def destinationMaps(
+        job: str, folderKeys: "Sequence[str]"
+    ) -> "Deferred[dict[str, dict[str, MessageOutcome]]]":
+        """
+        L{destinationMap} of each of C{folderKeys} (an empty map for a
+        folder with none), read at once: what a job's listing asks of
+        all its folders before it copies.
+        """
+
     def nameMessages(
         job: str, names: "Sequence[tuple[str, str, MessageNames]]"
     ) -> "Deferred[None]":
