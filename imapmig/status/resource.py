@@ -140,6 +140,8 @@ class StatusJSONResource(ReadOnlyResource):
                 page.update(matched=found.matched, matched_exact=found.exact, next=found.next)
             return jsonBody(document)
 
+        # The holders of this daemon's page too: it is shown while the
+        # fleet's jobs cannot be read.
         names = [job.name for job in page]
         return readFleet(self._fleet, names, counts=fleet).addCallback(withFleet)
 
