@@ -22,7 +22,9 @@ measured is said so, never passed):
                by each daemon's start); each daemon's first message within
                5 s of its start, its peak RSS under 500 MB; claims,
                renewals (the heartbeat) and the dashboard's pages costing
-               the same at a million jobs as at a thousand
+               the same at a million jobs as at a thousand, the pages timed
+               while the fleets run the same real accounts at both sizes
+               (L{QUEUED_MESSAGES})
   sqlite       one daemon on SQLite, this tree against the commit before
                issue 30 (C{bench/sidebyside.py}): within +-5%
 
