@@ -1120,7 +1120,12 @@ def _firstMessages(database: FleetDatabase, name: str, daemons: Sequence[Daemon]
     return [firsts.get(d.process.pid) for d in daemons]
 
 
-_PAGES = ("/", "/status.json", "/metrics")
+_PAGES = ("/", "/status.json", "/metrics", "/fleet/jobs.json", "/healthz")
+"""
+The pages timed: the dashboard's three, and two that tell a request's
+parts apart: C{/fleet/jobs.json} (the reader's thread and two statements,
+little Python) and C{/healthz} (the reader's thread and a trivial query).
+"""
 
 
 def _pages(port: int, times: int = 15) -> tuple[tuple[str, float], ...]:

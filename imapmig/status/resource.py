@@ -116,7 +116,7 @@ class StatusJSONResource(ReadOnlyResource):
         # at a time (those it runs with their progress); the jobs it holds
         # when the database cannot be read.
         fleet = not isinstance(self._fleet, SingleDaemonView)
-        view_ = self._fleet
+        fleetView = self._fleet
 
         def withFleet(parts: FleetParts) -> bytes | Deferred[bytes]:
             document["daemons"] = parts.daemonsDocument()
@@ -128,16 +128,18 @@ class StatusJSONResource(ReadOnlyResource):
             if not fleet or parts.error is not None:
                 return jsonBody(document)
             found = readFleetJobs(
-                view_, query.states, query.text, query.offset, query.limit, query.errorsOnly
+                fleetView, query.states, query.text, query.offset, query.limit, query.errorsOnly
             )
             return found.addCallback(withJobs)
 
         def withJobs(found: FoundJobs | None) -> bytes:
             if found is not None:
                 document["jobs"] = [self._fleetDocument(row) for row in found.jobs]
-                page = document["page"]
-                assert isinstance(page, dict)
-                page.update(matched=found.matched, matched_exact=found.exact, next=found.next)
+                described = document["page"]
+                assert isinstance(described, dict)
+                described.update(
+                    matched=found.matched, matched_exact=found.exact, next=found.next
+                )
             return jsonBody(document)
 
         # The holders of this daemon's page too: it is shown while the
