@@ -22,7 +22,9 @@ measured is said so, never passed):
                by each daemon's start); each daemon's first message within
                5 s of its start, its peak RSS under 500 MB; claims,
                renewals (the heartbeat) and the dashboard's pages costing
-               the same at a million jobs as at a thousand
+               the same at a million jobs as at a thousand, the pages timed
+               while the fleets run the same real accounts at both sizes
+               (L{QUEUED_MESSAGES})
   sqlite       one daemon on SQLite, this tree against the commit before
                issue 30 (C{bench/sidebyside.py}): within +-5%
 
@@ -66,11 +68,24 @@ What the claim's statement holds (C{pg_stat_statements} shows its
 literals as C{$n}: C{'claimed'} is not in its text).
 """
 
-PAGE_READ_MARKERS = ("to_jsonb(d) ->>", "j.name = ANY(", "FROM imapmig_queue.job_counts GROUP BY state")
+PAGE_READ_MARKERS = (
+    "to_jsonb(d) ->>",
+    "j.name = ANY(",
+    "FROM imapmig_queue.job_counts GROUP BY state",
+    "WITH scanned AS MATERIALIZED",
+)
 """
 What the statements of the fleet's pages hold (L{imapmig.queue._pgfleetview}'s
-C{DAEMONS}, C{HOLDERS} and C{COUNTS}: the daemons, the holders of a page's
-jobs, the counts by state).
+C{DAEMONS}, C{HOLDERS}, C{COUNTS} and C{FIND_JOBS}: the daemons, the holders
+of a page's jobs, the counts by state, a page of the fleet's jobs).
+"""
+
+QUEUED_MESSAGES = 300
+"""
+The messages of each real account of the million row's lists: enough that
+every daemon still runs real accounts (none of the absent ones reached)
+while the pages are asked, at either size, so that the pages are timed
+with the fleets doing the same work.
 """
 
 FLEET_ROWS = ("scaleout", "database", "million", "sqlite")
@@ -753,6 +768,10 @@ class QueuedRun:
     @ivar pages: the median milliseconds of each page asked.
     @ivar pageReads: the cost of the pages' statements (L{PAGE_READ_MARKERS})
         while they were asked.
+    @ivar pagesHeld: the jobs the fleet held when the pages were first and
+        last asked: the work the daemons did meanwhile.
+    @ivar pagesFailed: the jobs failed by the last page (the absent
+        accounts reached: 0 when the pages were timed on real accounts).
     """
 
     jobs: int
@@ -764,6 +783,8 @@ class QueuedRun:
     heartbeat: StatementCost
     pages: tuple[tuple[str, float], ...]
     pageReads: StatementCost = NO_CALLS
+    pagesHeld: tuple[int, int] = (0, 0)
+    pagesFailed: int = 0
 
 
 def pageReadCost(rows: Sequence[tuple[str, int, float, int]]) -> StatementCost:
@@ -774,6 +795,14 @@ def pageReadCost(rows: Sequence[tuple[str, int, float, int]]) -> StatementCost:
     costs = [statementCost(rows, marker) for marker in PAGE_READ_MARKERS]
     return StatementCost(sum(c.calls for c in costs), sum(c.totalMs for c in costs),
                          sum(c.blocks for c in costs))  # fmt: skip
+
+
+def _held(run: QueuedRun) -> str:
+    """
+    The jobs held when the pages were first and last asked, in words.
+    """
+    first, last = run.pagesHeld
+    return f"{first}" if first == last else f"{first}-{last}"
 
 
 def queuedLines(large: QueuedRun | None, small: QueuedRun | None) -> list[str]:
@@ -834,6 +863,12 @@ def queuedLines(large: QueuedRun | None, small: QueuedRun | None) -> list[str]:
         lines.append(
             f"- Page {page}: {before:.1f} ms at {small.jobs:,} jobs, {ms:.1f} ms at {size} "
             f"(median; target: at most {SAME_COST}x): {verdict(sameCost(before, ms))}"
+        )
+    if large.pages and small.pages:
+        lines.append(
+            f"- The pages were asked while the fleet held {_held(small)} jobs at "
+            f"{small.jobs:,} ({small.pagesFailed} failed by then) and {_held(large)} at {size} "
+            f"({large.pagesFailed} failed)"
         )
     if not large.pages:
         lines.append("- The dashboard's pages: not measured")

@@ -44,6 +44,7 @@ from bench.fleet import (
     CLAIM_MARKER,
     FleetSizes,
     HEARTBEAT_MARKER,
+    QUEUED_MESSAGES,
     DaemonStart,
     DatabaseCost,
     DatabaseStats,
@@ -731,7 +732,9 @@ class FleetPart:
         The million row, at C{queuedSmall} then at C{queued} jobs.
         """
         sizes = self.sizes
-        small = buildCorpus(self.bench.workDir, "small", 20)
+        # Each real account big enough that the fleets still run real
+        # accounts while the pages are asked (QUEUED_MESSAGES).
+        small = buildCorpus(self.bench.workDir, "small", QUEUED_MESSAGES)
         print(f"== fleet queued: {sizes.queuedSmall:,} and {sizes.queued:,} jobs, "
               f"{sizes.queuedDaemons} daemons", flush=True)  # fmt: skip
         realAccounts = sizes.queuedDaemons * sizes.connections * 8
@@ -792,7 +795,11 @@ class FleetPart:
         # done (their first plans and caches are a start's, not a
         # renewal's), over half a lease: about 6 per daemon.
         beforePages = database.statements(name)
-        pages = _pages(ports[0]) if any(f is not None for f in firsts) else ()
+        with database.connect(name) as c:
+            heldFirst = _claimed(c)
+            pages = _pages(ports[0]) if any(f is not None for f in firsts) else ()
+            held = (heldFirst, _claimed(c))
+            failed = _failedJobs(c)
         pageReads = pageReadCost(database.statements(name)).minus(pageReadCost(beforePages))
         time.sleep(sizes.lease / 2)
         peaks = [daemon.terminate() for daemon in launched]
@@ -814,7 +821,7 @@ class FleetPart:
             insertedByStarts=inserted, starts=tuple(starts),
             claim=_between(statementsBefore, statementsAfter, CLAIM_MARKER),
             heartbeat=_between(beforePages, statementsAfter, HEARTBEAT_MARKER),
-            pages=pages, pageReads=pageReads,
+            pages=pages, pageReads=pageReads, pagesHeld=held, pagesFailed=failed,
         )  # fmt: skip
 
     # -- one daemon on SQLite ------------------------------------------------
@@ -940,6 +947,16 @@ def _claimed(c: psycopg.Connection[tuple[Any, ...]]) -> int:
         row = c.execute("SELECT count(*) FROM imapmig_queue.jobs WHERE state = 'claimed'").fetchone()
     except psycopg.Error:
         return 0
+    return int(row[0]) if row else 0
+
+
+def _failedJobs(c: psycopg.Connection[tuple[Any, ...]]) -> int:
+    """
+    The jobs failed now, by the queue's counts.
+    """
+    row = c.execute(
+        "SELECT coalesce(sum(n), 0) FROM imapmig_queue.job_counts WHERE state = 'failed'"
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -1103,7 +1120,12 @@ def _firstMessages(database: FleetDatabase, name: str, daemons: Sequence[Daemon]
     return [firsts.get(d.process.pid) for d in daemons]
 
 
-_PAGES = ("/", "/status.json", "/metrics")
+_PAGES = ("/", "/status.json", "/metrics", "/fleet/jobs.json", "/healthz")
+"""
+The pages timed: the dashboard's three, and two that tell a request's
+parts apart: C{/fleet/jobs.json} (the reader's thread and two statements,
+little Python) and C{/healthz} (the reader's thread and a trivial query).
+"""
 
 
 def _pages(port: int, times: int = 15) -> tuple[tuple[str, float], ...]:

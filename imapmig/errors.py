@@ -85,6 +85,14 @@ class TransientError(ImapmigError):
     """
 
 
+class DatabaseRefused(TransientError):
+    """
+    The database was reached and refused a statement for a reason that may
+    pass (its disk full, a statement timeout, a conflict): its own reason
+    is the message, not a connection lost (L{imapmig.state.outage}).
+    """
+
+
 class ConnectionLost(TransientError):
     """
     The connection to the server closed while commands were outstanding.

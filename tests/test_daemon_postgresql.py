@@ -276,8 +276,8 @@ class StartCheckTests(ClusterMixin, SynchronousTestCase):
     def test_noPermission(self) -> None:
         """
         A role that may not write the state's tables is refused, naming
-        them; one that may not create the schema, naming the database's
-        refusal.
+        them; one that may not create the schema, naming the grant it
+        needs, at a daemon's start as in C{--check-config --connect}.
         """
         checkDatabase(self.config())
         self.sql("CREATE ROLE reader LOGIN")
@@ -296,9 +296,13 @@ class StartCheckTests(ClusterMixin, SynchronousTestCase):
                                       " (USAGE on the schemas and sequences)"), line)
         self.sql("CREATE DATABASE other")
         other = self.config(state=self.uri(user="reader", database="other"), state_password_file=None)
-        self.assertIn("permission denied for database other", self.refusal(other))
-        self.assertIn("role reader may not create the schema imapmig (version 0 found,",
-                      self.refusal(other, "probe"))
+        # A daemon's start says which grant is missing, as the check does.
+        for mode in ("migrate", "probe"):
+            self.assertIn(
+                "role reader may not create the schema imapmig (version 0 found,"
+                f" {SCHEMA_VERSION} needed): grant it CREATE on the database",
+                self.refusal(other, mode),
+            )
 
     def test_grantedRoleNeedsNoCreate(self) -> None:
         """
@@ -781,3 +785,24 @@ class FleetPageTests(ClusterMixin, TestCase):
         }
         self.assertTrue(wanted <= names, names)
         self.assertNotIn(self.cluster.password.encode(), bytes(daemon.output))
+        await self.everyJobListed(port)
+
+    async def everyJobListed(self, port: int) -> None:
+        """
+        With 5,000 more jobs in the fleet's list (ended, as another daemon
+        left them), the daemon's C{/status.json} counts and pages them all,
+        finds one by a search, and C{/jobs/NAME.json} shows it.
+        """
+        self.sql(
+            "INSERT INTO imapmig_queue.jobs (name, position, state, digest)"
+            " SELECT 't-d' || g, 1000 + g, 'done', '\\x00'::bytea FROM generate_series(0, 4999) g"
+        )
+        document = json.loads(await page(port, "/status.json?limit=5"))
+        self.assertGreaterEqual(document["page"]["matched"], 5000)
+        found = json.loads(await page(port, "/status.json?q=t-d4999"))
+        self.assertEqual([job["name"] for job in found["jobs"]], ["t-d4999"])
+        self.assertEqual(found["jobs"][0]["state"], "done")
+        done = json.loads(await page(port, "/status.json?state=done&offset=1000&limit=2"))
+        self.assertEqual([job["name"] for job in done["jobs"]], ["t-d0", "t-d1"])
+        job = json.loads(await page(port, "/jobs/t-d4999.json"))
+        self.assertEqual((job["job"]["name"], job["job"]["daemon"]), ("t-d4999", None))

@@ -26,6 +26,7 @@ from imapmig.queue.fleetview import Holder, IFleetView, JobRow
 from imapmig.queue._pgfleetview import (
     COUNTS,
     DAEMONS,
+    FIND_JOBS,
     HOLDERS,
     JOBS_PAGE,
     MAX_DAEMONS,
@@ -470,6 +471,87 @@ class PlanTests(PostgreSQLTestMixin):
         for end in (False, True):
             self.assertLessEqual(abs(read[1_000, end] - read[100_000, end]), 1, read)
         self.assertLessEqual(max(read.values()), 12, read)
+
+
+class FindJobsTests(PostgreSQLTestMixin):
+    """
+    L{PostgreSQLFleetView.findJobs} and L{PostgreSQLFleetView.jobNamed}:
+    every job of the fleet is found, a page at a time, at a cost that does
+    not grow with the list.
+    """
+
+    def load(self, total: int) -> None:
+        """
+        C{total} jobs C{t-dN} at positions C{N}, every third done.
+        """
+        # PlanTests' reading of buffers, not its tests.
+        self.buffers = lambda statement, parameters: PlanTests.buffers(self, statement, parameters)  # type: ignore[arg-type]
+        self.sql("TRUNCATE imapmig_queue.jobs")
+        self.sql(
+            "INSERT INTO imapmig_queue.jobs (name, position, state, digest)"
+            " SELECT 't-d' || g, g, CASE WHEN g %% 3 = 0 THEN 'done' ELSE 'queued' END,"
+            " '\\x00'::bytea FROM generate_series(0, %s - 1) g",
+            total,
+        )
+        self.sql("ANALYZE imapmig_queue.jobs")
+
+    def test_everyJob(self) -> None:
+        """
+        With 50,000 jobs (none held by this daemon), a page lists the
+        fleet's jobs by position with C{matched} all of them; a search for
+        one name finds it (exactly, through the key, wherever it is) and
+        counts the matches scanned as a lower bound; a state filter pages
+        on from the position given; a job is found by name, an unknown one
+        is not.
+        """
+        self.queueOf(0)
+        self.load(50_000)
+        connection: psycopg.Connection[tuple[Any, ...]] = psycopg.connect(self.uri, autocommit=True)
+        self.addCleanup(connection.close)
+        view = PostgreSQLFleetView(
+            onConnection(SynchronousReactor(), SynchronousThreadPool(), lambda: connection, "db"),
+            lambda: None,
+        )
+        page = self.successResultOf(view.findJobs((), "", 0, 3))
+        self.assertEqual([job.name for job in page.jobs], ["t-d0", "t-d1", "t-d2"])
+        self.assertEqual((page.matched, page.exact, page.next), (50_000, True, 3))
+        found = self.successResultOf(view.findJobs((), "t-d4999", 0, 100))
+        self.assertEqual(found.jobs[0], JobRow(4999, "t-d4999", "queued"))
+        # t-d49990..t-d49999 are past the 10,000 rows scanned.
+        self.assertEqual((found.matched, found.exact, found.next), (1, False, 10_000))
+        far = self.successResultOf(view.findJobs((), "t-d49999", 0, 100))
+        self.assertEqual([job.name for job in far.jobs], ["t-d49999"])
+        self.assertFalse(far.exact)
+        done = self.successResultOf(view.findJobs(("done",), "", 30_000, 2))
+        self.assertEqual([job.name for job in done.jobs], ["t-d30000", "t-d30003"])
+        self.assertEqual(done.matched, 16_667)
+        self.assertEqual(self.successResultOf(view.jobNamed("t-d49999")), JobRow(49999, "t-d49999", "queued"))
+        self.assertIsNone(self.successResultOf(view.jobNamed("nobody")))
+
+    def test_flat(self) -> None:
+        """
+        A page reads as many buffers at 1,000 jobs as at 100,000; a
+        filtered page or a search reads at most L{SCAN_ROWS} rows (fewer
+        where the list is shorter): about 200 buffers however long the
+        list is past them.
+        """
+        self.queueOf(0)
+        read: dict[tuple[int, str], int] = {}
+        for total in (1_000, 100_000):
+            self.load(total)
+            start = max(0, total - 20_000)
+            for kind, states, needle, scan in (
+                ("page", [], "", 101),
+                ("state", ["done"], "", 10_000),
+                ("search", [], "t-d99", 10_000),
+            ):
+                read[total, kind] = self.buffers(
+                    FIND_JOBS,
+                    {"start": start, "scan": scan, "states": states, "needle": needle, "limit": 101},
+                )
+        print(f"\nfindJobs buffers: {read}")
+        self.assertLessEqual(abs(read[1_000, "page"] - read[100_000, "page"]), 2, read)
+        self.assertLessEqual(max(read.values()), 200, read)
 
 
 class ThreadPoolTests(PostgreSQLTestMixin):

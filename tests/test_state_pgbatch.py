@@ -18,7 +18,7 @@ from twisted.internet.task import Clock
 from twisted.logger import ILogObserver, LogEvent, formatEvent, globalLogPublisher
 from twisted.trial.unittest import SynchronousTestCase
 
-from imapmig.errors import LeaseLost, PermanentError, TransientError
+from imapmig.errors import DatabaseRefused, LeaseLost, PermanentError, TransientError
 from imapmig.state._pgbase import ConnectionPool
 from imapmig.state.pgconnect import Connector
 from imapmig.state._pgbatch import WriteBatcher
@@ -219,6 +219,38 @@ class WriteBatcherTests(SynchronousTestCase):
         self.assertIn("cannot be reached (db: connection refused)", said[0])
         self.assertIn("still cannot be reached after 3", said[1])
         self.assertIn("answers again after 8", said[3])
+
+    def test_refusalNamed(self) -> None:
+        """
+        A batch the database refuses for a reason of its own (its disk
+        full: L{DatabaseRefused}) is logged with that reason, not as a
+        database that cannot be reached; the batcher says its writes fail
+        (C{failing}, for C{/healthz}) until one commits; so does a write
+        refused for good (a right revoked: L{PermanentError}).
+        """
+        events: list[LogEvent] = []
+        globalLogPublisher.addObserver(cast(ILogObserver, events.append))
+        self.addCleanup(globalLogPublisher.removeObserver, cast(ILogObserver, events.append))
+        full = "db: cannot record: could not extend file: No space left on device"
+        self.assertIsNone(self.batcher.failing)
+        d = self.batcher.add(write())
+        self.clock.advance(0.010)
+        self.commits.refuse(DatabaseRefused(full))
+        self.assertEqual(self.batcher.failing, full)
+        said = [
+            formatEvent(e) for e in events if e.get("log_namespace") == "imapmig.state._pgbatch"
+        ]
+        self.assertIn(f"the database refuses them ({full})", said[0])
+        self.assertNotIn("cannot be reached", said[0])
+        self.clock.advance(0.1)
+        self.commits.answer()
+        self.successResultOf(d)
+        self.assertIsNone(self.batcher.failing)
+        revoked = self.batcher.add(write())
+        self.clock.advance(0.010)
+        self.commits.refuse(PermanentError("db: permission denied for table outcomes"))
+        self.failureResultOf(revoked, PermanentError)
+        self.assertEqual(self.batcher.failing, "db: permission denied for table outcomes")
 
     def test_transientGivesUp(self) -> None:
         """

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg import errors as pgerrors
 from twisted.internet import reactor as _globalReactor
 from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.interfaces import IReactorFromThreads, IReactorTime
@@ -21,7 +22,7 @@ from twisted.internet.task import Clock, deferLater
 from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from imapmig.errors import PermanentError, StateSchemaTooNew, TransientError
+from imapmig.errors import DatabaseRefused, PermanentError, StateSchemaTooNew, TransientError
 from imapmig.state import FolderFallback, MessageNames, Transition
 from imapmig.state import _pgbatch, _pgschema
 from imapmig.state._pgwrites import commitBatch
@@ -440,6 +441,55 @@ class RestartTests(SynchronousTestCase):
             [self.successResultOf(entry)],
         )
         self.assertEqual(len(self.successResultOf(store.timeline("job"))), 1)
+
+
+class WritesFailingTests(SynchronousTestCase):
+    """
+    A store whose writes the database refuses says why
+    (L{PostgreSQLStateStore.writesFailing}, for C{/healthz}) in the
+    database's own words, and the errors are told apart: a database that
+    was reached and refused (its disk full) from one that was not.
+    """
+
+    def test_refusedWrites(self) -> None:
+        """
+        While the database refuses the store's writes (a constraint here,
+        as a right revoked would), C{writesFailing} names its reason,
+        though a ping (a read) answers; once a write commits, L{None}.
+        """
+        requirePostgreSQL(self)
+        dsn = sharedCluster().createDatabase()
+        store = openPostgreSQLStore(self, dsn)
+        self.assertIsNone(store.writesFailing())
+        query(dsn, "ALTER TABLE imapmig.messages ADD CONSTRAINT no CHECK (false) NOT VALID")
+        self.failureResultOf(store.recordOutcomes("job", [appended("INBOX", "1")]), PermanentError)
+        self.successResultOf(store.ping())
+        self.assertIn('violates check constraint "no"', store.writesFailing() or "")
+        query(dsn, "ALTER TABLE imapmig.messages DROP CONSTRAINT no")
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "2")]))
+        self.assertIsNone(store.writesFailing())
+
+    def test_kinds(self) -> None:
+        """
+        A full disk is L{DatabaseRefused} (transient, named as the
+        database's refusal), a connection refused or a server shutting
+        down a plain L{TransientError}, a right missing a
+        L{PermanentError}.
+        """
+        store = PostgreSQLStateStore(
+            SynchronousReactor(), SynchronousThreadPool(), "postgresql://x@127.0.0.1:1/db",
+            seconds=Clock().seconds,
+        )  # fmt: skip
+        kinds = [
+            type(store._error("record", e))
+            for e in (
+                pgerrors.DiskFull("could not extend file: No space left on device"),
+                psycopg.OperationalError("connection refused"),
+                pgerrors.AdminShutdown("terminating connection"),
+                pgerrors.InsufficientPrivilege("permission denied for table messages"),
+            )
+        ]
+        self.assertEqual(kinds, [DatabaseRefused, TransientError, TransientError, PermanentError])
 
 
 class ConnectionSettingsTests(SynchronousTestCase):

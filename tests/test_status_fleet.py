@@ -30,6 +30,7 @@ from imapmig.progress.telemetry import Telemetry
 from imapmig.queue.fleetview import (
     DaemonRow,
     Fleet,
+    FoundJobs,
     Holder,
     IFleetView,
     JobRow,
@@ -81,6 +82,11 @@ class FakeFleetView:
         self.page = JobsPage((), None)
         self.pagesAsked: list[tuple[int | None, int]] = []
         self.counts: Mapping[str, int] = {}
+        # What findJobs answers (None: it fails), what each call asked; the
+        # jobs jobNamed knows.
+        self.found: FoundJobs | None = None
+        self.finds: list[tuple[tuple[str, ...], str, int, int]] = []
+        self.named: dict[str, JobRow] = {}
 
     def _answer(self, value: Any) -> Deferred[Any]:
         if self.failure is not None:
@@ -105,6 +111,19 @@ class FakeFleetView:
 
     def jobCounts(self) -> Deferred[Mapping[str, int]]:
         return self._answer(self.counts)
+
+    def findJobs(
+        self, states: Sequence[str], text: str, start: int, limit: int
+    ) -> Deferred[FoundJobs]:
+        # Without a page set, the fleet's jobs cannot be read: the page
+        # lists the jobs this daemon has.
+        self.finds.append((tuple(states), text, start, limit))
+        if self.found is None:
+            return fail(QueueUnavailable("no page set"))
+        return self._answer(self.found)
+
+    def jobNamed(self, name: str) -> Deferred[JobRow | None]:
+        return self._answer(self.named.get(name))
 
 
 class FleetPagesTestCase(SynchronousTestCase):
@@ -348,6 +367,79 @@ class FleetJobsTests(FleetPagesTestCase):
         self.fleet.failure = QueueUnavailable("postgresql://db1/mig: connection refused")
         body = json.loads(self.get("/fleet/jobs.json", code=503))
         self.assertEqual(body["error"], "postgresql://db1/mig: connection refused")
+
+
+class FleetJobListTests(FleetPagesTestCase):
+    """
+    A fleet daemon's C{/status.json} and C{/jobs/NAME.json} list the
+    fleet's jobs from its database, not only those it has in memory.
+    """
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.progress.job("alice").messagesDone = 7
+        self.fleet.found = FoundJobs(
+            (
+                JobRow(0, "alice", "claimed", holder=Holder(MIG1.daemonId, "mig1", this=True)),
+                JobRow(4999, "t-d4999", "claimed", holder=Holder(MIG2.daemonId, "mig2")),
+                JobRow(5000, "t-d5000", "queued"),
+            ),
+            50_000,
+            True,
+            5001,
+        )
+
+    def test_page(self) -> None:
+        """
+        The page's jobs are the fleet's: the one this daemon runs with its
+        progress, one another daemon runs as the database knows it
+        (C{running}, its holder, no counts), a queued one with no holder;
+        C{matched} and C{next} are the fleet's; the query's state, search,
+        offset and limit are asked of the database, the states as queue
+        states.
+        """
+        document = json.loads(self.get("/status.json?state=running,done_with_failures&q=t-d&offset=20&limit=3"))
+        jobs = document["jobs"]
+        self.assertEqual([job["name"] for job in jobs], ["alice", "t-d4999", "t-d5000"])
+        self.assertEqual(jobs[0]["messages_done"], 7)
+        self.assertEqual(jobs[0]["daemon"]["id"], MIG1.daemonId)
+        self.assertEqual(
+            (jobs[1]["state"], jobs[1]["messages_done"], jobs[1]["daemon"]["host"]),
+            ("running", None, "mig2"),
+        )
+        self.assertEqual((jobs[2]["state"], jobs[2]["daemon"]), ("queued", None))
+        self.assertEqual(
+            (document["page"]["matched"], document["page"]["matched_exact"], document["page"]["next"]),
+            (50_000, True, 5001),
+        )
+        self.assertEqual(self.fleet.finds, [(("claimed", "done"), "t-d", 20, 3)])
+        self.get("/status.json?errors=1")
+        self.get("/status.json?errors=1&state=queued")
+        self.assertEqual([find[0] for find in self.fleet.finds[1:]], [("failed",), ("none",)])
+
+    def test_unreadable(self) -> None:
+        """
+        While the fleet's jobs cannot be read, the page lists the jobs this
+        daemon has.
+        """
+        self.fleet.found = None
+        document = json.loads(self.get("/status.json"))
+        self.assertEqual([job["name"] for job in document["jobs"]], ["alice", "bob", "carol"])
+
+    def test_jobOfAnother(self) -> None:
+        """
+        C{/jobs/NAME.json} of a job this daemon does not have shows what
+        the database knows of it and its holder; a name the fleet does not
+        have is a 404.
+        """
+        self.fleet.named["t-d4999"] = JobRow(
+            4999, "t-d4999", "claimed", holder=Holder(MIG2.daemonId, "mig2")
+        )
+        document = json.loads(self.get("/jobs/t-d4999.json"))
+        self.assertEqual(document["job"]["state"], "running")
+        self.assertEqual(document["job"]["daemon"]["host"], "mig2")
+        self.assertEqual(document["failures"]["matched"], 0)
+        self.get("/jobs/nobody.json", 404)
 
 
 class JobDocumentFleetTests(FleetPagesTestCase):

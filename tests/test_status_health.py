@@ -149,3 +149,39 @@ class DegradedTests(SynchronousTestCase):
         self.assertEqual((code, body["status"]), (503, "store-error"))
         self.assertNotIn("database", body)
         self.assertEqual(self.clock.getDelayedCalls(), [])
+
+
+class WritesFailTests(SynchronousTestCase):
+    """
+    C{degraded} while a PostgreSQL store's writes fail though its ping, a
+    read, answers (its disk full, a right revoked).
+    """
+
+    def test_degradedWhileWritesFail(self) -> None:
+        """
+        While the store says its writes fail, C{/healthz} is 503
+        C{degraded} naming the database and the database's own reason;
+        C{ok} again once they commit.
+        """
+        clock = Clock()
+        store = PingedStore()
+        failing: list[str | None] = ["db1: cannot record: No space left on device"]
+        health = HealthResource(
+            ProgressView(MigrationProgress(clock.seconds), clock.seconds),
+            store,
+            lambda: False,
+            clock,
+            DATABASE,
+            lambda: failing[0],
+        )
+        answers = []
+        for _ in range(2):
+            request = DummyRequest([b""])
+            self.assertEqual(health.render(cast(Request, request)), NOT_DONE_YET)
+            store.pings[-1].callback(None)
+            answers.append((request.responseCode or 200, json.loads(b"".join(request.written))))
+            failing[0] = None
+        code, body = answers[0]
+        self.assertEqual((code, body["status"], body["database"]), (503, "degraded", DATABASE))
+        self.assertIn("No space left on device", body["error"])
+        self.assertEqual((answers[1][0], answers[1][1]["status"]), (200, "ok"))

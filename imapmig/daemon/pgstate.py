@@ -242,6 +242,16 @@ def _migrate(
     C{mode} says.  Not called for a current schema, whose role then needs
     no right to create one.
     """
+    if version < SCHEMA_VERSION and mode in ("migrate", "probe"):
+        # The daemon's migration would fail with the database's bare
+        # "permission denied for database": name the grant, as the probe.
+        if not _mayCreate(connection, version):
+            raise check.refused(
+                "state",
+                f"role {role} may not create the schema imapmig (version {version} found,"
+                f" {SCHEMA_VERSION} needed): grant it CREATE on the database, or start a"
+                " daemon as a role that may",
+            )
     if version > SCHEMA_VERSION or mode == "migrate":
         store = _inPlaceStore(check.state, "imapmig start")
         failures: list[Failure] = []
@@ -261,13 +271,6 @@ def _migrate(
             "state",
             f"its state has schema version {version}, this imapmig knows {SCHEMA_VERSION}:"
             " start a daemon of this version on it first (it migrates the schema)",
-        )
-    elif not _mayCreate(connection, version):
-        raise check.refused(
-            "state",
-            f"role {role} may not create the schema imapmig (version {version} found,"
-            f" {SCHEMA_VERSION} needed): grant it CREATE on the database, or start a daemon"
-            " as a role that may",
         )
 
 

@@ -782,6 +782,7 @@ class _ServiceTree:
             health=HealthResource(
                 ProgressView(progress, reactor.seconds), self.store, lambda: not root.running,
                 reactor, self.config.state.pageName(),
+                getattr(self.store, "writesFailing", lambda: None),  # PostgreSQL's
             ),  # fmt: skip
             listDiffers=differs,
         )

@@ -30,7 +30,7 @@ from twisted.internet.interfaces import IDelayedCall, IReactorTime
 from twisted.logger import Logger, LogLevel
 from twisted.python.failure import Failure
 
-from imapmig.errors import LeaseLost
+from imapmig.errors import DatabaseRefused, LeaseLost, PermanentError
 from imapmig.imap.outgoing import OutgoingMessage
 from imapmig.mail.message import SourceMessage, StreamedBody
 from imapmig.mail.messagenames import namesOfBody
@@ -374,7 +374,11 @@ class OutcomeRecorder:
             if failure.check(LeaseLost):
                 self._fenced(failure)
                 return
-            self._outage.failed(str(failure.value), f"{len(batch)} outcomes not recorded")
+            self._outage.failed(
+                str(failure.value),
+                f"{len(batch)} outcomes not recorded",
+                refused=failure.check(DatabaseRefused, PermanentError) is not None,
+            )
             if self.error is None:
                 self.error = (
                     f"cannot record outcomes in the state database: {failure.value}"

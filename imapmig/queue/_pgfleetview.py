@@ -31,11 +31,22 @@ from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
 from imapmig.errors import QueueUnavailable
-from imapmig.queue.fleetview import DaemonRow, Fleet, Holder, IFleetView, JobRow, JobsPage
+from imapmig.queue.fleetview import (
+    DaemonRow,
+    Fleet,
+    FoundJobs,
+    Holder,
+    IFleetView,
+    JobRow,
+    JobsPage,
+)
 
 __all__ = [
     "COUNTS",
     "DAEMONS",
+    "FIND_JOBS",
+    "JOB_NAMED",
+    "SCAN_ROWS",
     "HOLDERS",
     "JOBS_PAGE",
     "MAX_DAEMONS",
@@ -107,6 +118,45 @@ SELECT j.position, j.name, j.state, j.requested, j.owner::text, d.host, d.lease_
 A page of the jobs by keyset, through the index on their position
 (C{jobs_position}): the same few pages read wherever the page is among a
 million jobs.
+"""
+
+SCAN_ROWS = 10_000
+"""
+The most rows of the list a filtered page (a state, a search) scans from
+its start: its cost is bounded whatever the list's length, and its
+C{matched} counts the matches among them.
+"""
+
+FIND_JOBS = """
+WITH scanned AS MATERIALIZED (
+  SELECT position, name, state, requested, owner FROM imapmig_queue.jobs
+   WHERE position >= %(start)s ORDER BY position LIMIT %(scan)s),
+edge AS (SELECT max(position) AS last, count(*) AS n FROM scanned)
+SELECT e.last, e.n, m.*
+  FROM edge e LEFT JOIN LATERAL (
+    SELECT j.position, j.name, j.state, j.requested, j.owner::text, d.host,
+           d.lease_until > now(), count(*) OVER ()
+      FROM scanned j
+      LEFT JOIN imapmig_queue.daemons d ON j.state = 'claimed' AND d.daemon_id = j.owner
+     WHERE (cardinality(%(states)s::text[]) = 0 OR j.state = ANY(%(states)s::text[]))
+       AND strpos(lower(j.name), %(needle)s) > 0
+     ORDER BY j.position LIMIT %(limit)s) m ON true
+"""
+"""
+A page of the jobs a filter selects among at most C{scan} rows from
+position C{start} (through C{jobs_position}), with the last position
+scanned, the rows scanned and the matches among them: one row even when
+none matches.
+"""
+
+JOB_NAMED = """
+SELECT j.position, j.name, j.state, j.requested, j.owner::text, d.host, d.lease_until > now()
+  FROM imapmig_queue.jobs j
+  LEFT JOIN imapmig_queue.daemons d ON j.state = 'claimed' AND d.daemon_id = j.owner
+ WHERE j.name = %(name)s
+"""
+"""
+One job by its name, through the jobs' key.
 """
 
 COUNTS = "SELECT state, sum(n)::bigint FROM imapmig_queue.job_counts GROUP BY state"
@@ -303,13 +353,99 @@ class PostgreSQLFleetView:
 
         return self._run(read)
 
+    def findJobs(
+        self, states: Sequence[str], text: str, start: int, limit: int
+    ) -> Deferred[FoundJobs]:
+        """
+        See L{IFleetView.findJobs}: at most L{SCAN_ROWS} rows scanned from
+        C{start} when filtered, C{limit} + 1 when not; C{matched} from the
+        counts unless a search bounds it (then the matches scanned).
+        """
+        me = self._me()
+        return self._run(lambda connection: _found(connection, states, text, start, limit, me))
 
-def _job(row: tuple[Any, ...]) -> JobRow:
+    def jobNamed(self, name: str) -> Deferred[JobRow | None]:
+        """
+        See L{IFleetView.jobNamed}.
+        """
+
+        me = self._me()
+
+        def read(connection: Connection) -> JobRow | None:
+            row = connection.execute(JOB_NAMED, {"name": name}).fetchone()
+            return None if row is None else _job(row, me)
+
+        return self._run(read)
+
+
+def _found(
+    connection: Connection,
+    states: Sequence[str],
+    text: str,
+    start: int,
+    limit: int,
+    me: str | None,
+) -> FoundJobs:
     """
-    A row of L{JOBS_PAGE} as a L{JobRow}.
+    L{PostgreSQLFleetView.findJobs}'s reads: the page (L{_scanned}); the
+    job named C{text} exactly, first on the first page (L{JOB_NAMED}); the
+    counts when no search bounds them (L{COUNTS}).
+    """
+    found, inWindow, following = _scanned(connection, states, text, start, limit, me)
+    jobs = found[:limit]
+    if text and start == 0:
+        named = connection.execute(JOB_NAMED, {"name": text}).fetchone()
+        if named is not None and named[1] not in {job.name for job in found}:
+            jobs = [_job(named, me), *jobs[: limit - 1]]
+            inWindow += 1
+    if text:
+        return FoundJobs(tuple(jobs), inWindow, following is None, following)
+    counts: dict[str, int] = dict(connection.execute(COUNTS).fetchall())
+    matched = sum(int(n or 0) for state, n in counts.items() if not states or state in states)
+    return FoundJobs(tuple(jobs), matched, True, following)
+
+
+def _scanned(
+    connection: Connection,
+    states: Sequence[str],
+    text: str,
+    start: int,
+    limit: int,
+    me: str | None,
+) -> tuple[list[JobRow], int, int | None]:
+    """
+    L{FIND_JOBS}: up to C{limit} + 1 matching jobs, the matches among the
+    rows scanned, and the position the next page starts from (L{None}
+    after the last).
+    """
+    filtered = bool(states or text)
+    rows = connection.execute(
+        FIND_JOBS,
+        {
+            "start": start,
+            "scan": SCAN_ROWS if filtered else limit + 1,
+            "states": list(states),
+            "needle": text.lower(),
+            "limit": limit + 1,
+        },
+    ).fetchall()
+    last, scanned = rows[0][0], rows[0][1]
+    found = [_job(row[2:9], me) for row in rows if row[2] is not None]
+    following: int | None = None
+    if len(found) > limit:
+        following = found[limit].position
+    elif filtered and scanned >= SCAN_ROWS:
+        following = last + 1
+    return found, rows[0][9] or 0, following
+
+
+def _job(row: tuple[Any, ...], me: str | None = None) -> JobRow:
+    """
+    A row of L{JOBS_PAGE} as a L{JobRow}, its holder marked C{this} when
+    it is C{me}.
     """
     position, name, state, requested, owner, host, live = row
-    holder = None if host is None else Holder(owner, host, live)
+    holder = None if host is None else Holder(owner, host, live, this=owner == me)
     return JobRow(position, name, state, requested, holder)
 
 

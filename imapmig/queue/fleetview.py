@@ -36,7 +36,16 @@ import imapmig
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-__all__ = ["DaemonRow", "Fleet", "Holder", "IFleetView", "JobRow", "JobsPage", "SingleDaemonView"]
+__all__ = [
+    "DaemonRow",
+    "Fleet",
+    "FoundJobs",
+    "Holder",
+    "IFleetView",
+    "JobRow",
+    "JobsPage",
+    "SingleDaemonView",
+]
 
 
 @frozen
@@ -104,11 +113,14 @@ class Holder:
     @ivar host: its host.
     @ivar live: whether its lease is live (a claim of a daemon whose lease
         ended is released by the next claim anywhere).
+    @ivar this: whether it is the daemon serving the page (set by
+        L{IFleetView.findJobs} and L{IFleetView.jobNamed}).
     """
 
     daemonId: str
     host: str
     live: bool = True
+    this: bool = False
 
 
 @frozen
@@ -143,6 +155,25 @@ class JobsPage:
 
     jobs: tuple[JobRow, ...]
     after: int | None
+
+
+@frozen
+class FoundJobs:
+    """
+    The fleet's jobs a page's filter selects (L{IFleetView.findJobs}).
+
+    @ivar jobs: the page of them, in the list's order.
+    @ivar matched: how many the filter selects: exact when C{exact}, else
+        the matches among the rows scanned (a lower bound).
+    @ivar exact: whether C{matched} is exact.
+    @ivar next: the position to start the next page from, L{None} after
+        the last.
+    """
+
+    jobs: tuple[JobRow, ...]
+    matched: int
+    exact: bool = True
+    next: int | None = None
 
 
 class IFleetView(Interface):
@@ -181,6 +212,27 @@ class IFleetView(Interface):
         """
         How many of the fleet's jobs are in each queue state (those with
         none left out).
+
+        @return: a Deferred failing as L{daemons}'s.
+        """
+
+    def findJobs(
+        states: Sequence[str], text: str, start: int, limit: int
+    ) -> Deferred[FoundJobs]:
+        """
+        The fleet's jobs from position C{start} on, at most C{limit}, in
+        one of the queue states C{states} (any when empty) and whose name
+        holds C{text} ignoring case (any when empty), each with its state
+        and holder; how many match.  Its cost does not grow with the
+        fleet's jobs: a filtered page scans a bounded number of rows.
+
+        @return: a Deferred failing as L{daemons}'s.
+        """
+
+    def jobNamed(name: str) -> Deferred[JobRow | None]:
+        """
+        The fleet's job C{name} with its state and holder, L{None} if the
+        fleet has none by that name.
 
         @return: a Deferred failing as L{daemons}'s.
         """
@@ -280,3 +332,32 @@ class SingleDaemonView:
         for _, state in self._states():
             counts[state] = counts.get(state, 0) + 1
         return succeed(counts)
+
+    def findJobs(
+        self, states: Sequence[str], text: str, start: int, limit: int
+    ) -> Deferred[FoundJobs]:
+        """
+        This daemon's jobs the filter selects (its pages read its memory
+        instead: this answers the interface).
+        """
+        holder = Holder(self.daemonId, self._host, this=True)
+        needle = text.casefold()
+        rows = [
+            JobRow(position, name, state, holder=holder if state == "claimed" else None)
+            for position, (name, state) in enumerate(self._states())
+            if position >= start
+            and (not states or state in states)
+            and needle in name.casefold()
+        ]
+        following = rows[limit].position if len(rows) > limit else None
+        return succeed(FoundJobs(tuple(rows[:limit]), len(rows), True, following))
+
+    def jobNamed(self, name: str) -> Deferred[JobRow | None]:
+        """
+        This daemon's job C{name}, if it has one.
+        """
+        holder = Holder(self.daemonId, self._host, this=True)
+        for position, (each, state) in enumerate(self._states()):
+            if each == name:
+                return succeed(JobRow(position, name, state, holder=holder))
+        return succeed(None)

@@ -27,7 +27,7 @@ from twisted.internet.interfaces import IReactorFromThreads
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.threadpool import ThreadPool
 
-from imapmig.errors import PermanentError, TransientError
+from imapmig.errors import DatabaseRefused, PermanentError, TransientError
 from imapmig.state._sqldialect import POSTGRESQL, SQLStore
 from imapmig.state.pgconnect import Connector, mapError, oneLine
 
@@ -44,6 +44,16 @@ and reports); the queue has the third of a daemon's three.
 
 # Errors worth retrying: the connection or the server went away, or
 # another transaction was in the way.
+def _refused(e: Exception) -> bool:
+    """
+    Whether the database answered C{e} with an error of its own (a
+    SQLSTATE, not a connection exception nor its shutting down): it was
+    reached, and refused.
+    """
+    state = getattr(e, "sqlstate", None)
+    return bool(state) and not str(state).startswith(("08", "57P"))
+
+
 _TRANSIENT = (
     psycopg.OperationalError,
     pgerrors.SerializationFailure,
@@ -174,6 +184,8 @@ class PostgreSQLBase(SQLStore):
                 # in the way: which, and what to do).
                 return mapped
         kind = TransientError if isinstance(e, _TRANSIENT) else PermanentError
+        if kind is TransientError and _refused(e):
+            kind = DatabaseRefused
         return kind(f"{self._where}: cannot {action}: {oneLine(e)}")
 
     def _call(

@@ -39,7 +39,7 @@ from twisted.internet.task import deferLater
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from imapmig.errors import LeaseLost, PermanentError, TransientError
+from imapmig.errors import DatabaseRefused, LeaseLost, PermanentError, TransientError
 from imapmig.state._pgbase import PostgreSQLBase
 from imapmig.state._pgwrites import Claim, Write, WriterIds, commitBatch
 from imapmig.state.outage import OutageLog
@@ -113,6 +113,18 @@ class WriteBatcher:
         self.commits = 0
         self.queuedRows = 0
         self._outage = OutageLog(log, "The state store's writes", self._now)
+        # The database's refusal of the last write refused for good (a
+        # right revoked), until a write commits again.
+        self._refusal: str | None = None
+
+    @property
+    def failing(self) -> str | None:
+        """
+        Why the last writes failed, while they do (the database cannot be
+        reached, or refuses them: its own reason); L{None} once a write
+        commits again.
+        """
+        return self._outage.lastError or self._refusal
 
     def _now(self) -> float:
         return self._clock.seconds() if self._clock is not None else 0.0
@@ -188,8 +200,9 @@ class WriteBatcher:
         try:
             try:
                 stale = await self._attempts(batch)
-            except PermanentError:
+            except PermanentError as e:
                 if len(batch) == 1:
+                    self._refusal = str(e)
                     batch[0].deferred.errback()
                     return
                 # One write the database refuses must not fail the others.
@@ -212,7 +225,9 @@ class WriteBatcher:
         """
         try:
             stale = await self._attempts([write])
-        except Exception:
+        except Exception as e:
+            if isinstance(e, PermanentError):
+                self._refusal = str(e)
             write.deferred.errback()
         else:
             self._fire([write], stale)
@@ -232,12 +247,17 @@ class WriteBatcher:
                 tries += 1
                 if self._closed or not self._again(tries, pause, deadline):
                     raise
-                self._outage.failed(str(e), f"a batch of {len(batch)} writes is tried again")
+                self._outage.failed(
+                    str(e),
+                    f"a batch of {len(batch)} writes is tried again",
+                    refused=isinstance(e, DatabaseRefused),
+                )
                 if self._clock is not None and pause:
                     await deferLater(self._clock, pause)
                 pause = min(max(pause * 2, _FIRST_PAUSE), _LONGEST_PAUSE)
                 continue
             self.commits += 1
+            self._refusal = None
             self._outage.answered()
             return stale
 
@@ -307,6 +327,14 @@ class PostgreSQLWriter(PostgreSQLBase):
     _batcher: WriteBatcher
     _ids: WriterIds
     _claim: Claim | None = None
+
+    def writesFailing(self) -> str | None:
+        """
+        Why the store's last writes failed, while they do (the database's
+        own reason), or L{None}: for C{/healthz}
+        (L{imapmig.status.health}), which a read alone would find healthy.
+        """
+        return self._batcher.failing
 
     def _makeBatcher(self, clock: IReactorTime | None) -> None:
         """

@@ -29,6 +29,8 @@ class OutageLog:
     The lines of one component about the outages of its database.
 
     @ivar since: when the current outage began (L{None}: none).
+    @ivar lastError: the last attempt's error during an outage (L{None}:
+        none).
     """
 
     def __init__(
@@ -52,23 +54,28 @@ class OutageLog:
         self._now = now
         self._repeat = repeat
         self.since: float | None = None
+        self.lastError: str | None = None
         self._loggedAt = 0.0
         self._failures = 0
 
-    def failed(self, why: str, then: str = "") -> None:
+    def failed(self, why: str, then: str = "", refused: bool = False) -> None:
         """
         An attempt failed because the database could not be reached
-        (C{why}: the error, which names it); C{then}: what happens next, for
-        the line.
+        (C{why}: the error, which names it), or, with C{refused}, because
+        it refused it for a reason of its own (its disk full, a right
+        revoked: C{why} says which, and the line does not say it cannot be
+        reached); C{then}: what happens next, for the line.
         """
         now = self._now()
         self._failures += 1
+        self.lastError = why
         suffix = f"; {then}" if then else ""
+        status = "refuses them" if refused else "cannot be reached"
         if self.since is None:
             self.since, self._loggedAt = now, now
             self._log.emit(
                 self._level,
-                "{what}: the database cannot be reached ({why}){then}; said again at most"
+                "{what}: the database " + status + " ({why}){then}; said again at most"
                 " every {repeat:.0f} s until it answers",
                 what=self._what, why=why, then=suffix, repeat=self._repeat,
             )  # fmt: skip
@@ -76,7 +83,7 @@ class OutageLog:
             self._loggedAt = now
             self._log.emit(
                 self._level,
-                "{what}: the database still cannot be reached after {away:.0f} s"
+                "{what}: the database still " + status + " after {away:.0f} s"
                 " ({failures} attempts failed; {why}){then}",
                 what=self._what, away=now - self.since, failures=self._failures, why=why,
                 then=suffix,
@@ -89,7 +96,7 @@ class OutageLog:
         if self.since is None:
             return
         away, failures = self._now() - self.since, self._failures
-        self.since, self._failures = None, 0
+        self.since, self._failures, self.lastError = None, 0, None
         self._log.info(
             "{what}: the database answers again after {away:.1f} s ({failures} attempts"
             " failed)",

@@ -11,8 +11,10 @@ and no job names a holder.
 
 C{/fleet/jobs.json?after=POSITION&limit=N} (L{FleetJobsResource}) lists
 every job of the fleet by keyset from the database, with its state and
-holder, and the counts by state: a daemon's own pages list the jobs it
-holds, not the fleet's million (docs/fleet-design.md "A million jobs").
+holder, and the counts by state.  C{/status.json} and C{/jobs/NAME.json}
+of a fleet's daemon read the fleet's jobs alike (L{readFleetJobs},
+L{remoteDocument}), a bounded page at a time: the fleet's million is never
+read whole (docs/fleet-design.md "A million jobs").
 
 New beside L{imapmig.status.progressview}, which reads the progress model:
 the fleet comes from another source, asynchronously.
@@ -34,6 +36,7 @@ from imapmig.progress import MigrationProgress
 from imapmig.queue.fleetview import (
     DaemonRow,
     Fleet,
+    FoundJobs,
     Holder,
     IFleetView,
     JobRow,
@@ -43,11 +46,13 @@ from imapmig.queue.fleetview import (
 from imapmig.status._http import ReadOnlyResource, jsonBody
 
 __all__ = [
+    "QUEUE_STATES",
     "FleetJobsResource",
     "FleetParts",
     "daemonDocument",
     "holderDocument",
     "readFleet",
+    "remoteDocument",
     "singleDaemon",
 ]
 
@@ -161,6 +166,90 @@ def readFleet(
         return FleetParts(None, {}, str(failure.value) or "the fleet could not be read")
 
     return gatherResults(reads, consumeErrors=True).addCallbacks(read, unread)
+
+
+QUEUE_STATES: Mapping[str, str] = {
+    "queued": "queued",
+    "deferred": "deferred",
+    "paused": "paused",
+    "done": "done",
+    "done_with_failures": "done",
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "waiting": "claimed",
+    "connecting": "claimed",
+    "running": "claimed",
+    "backing_off": "claimed",
+    "paused_by_server": "claimed",
+    "stopping": "claimed",
+    "stopped": "claimed",
+}
+"""
+The queue state (the fleet's database) of each job state a page's
+C{state=} names: a job some daemon runs is C{claimed} whatever its
+machine's state.
+"""
+
+_PAGE_STATES = {"claimed": "running"}
+"""
+The page's state of a job another daemon runs (its machine's state is
+that daemon's to know); every other queue state is a page state.
+"""
+
+
+def remoteDocument(job: JobRow) -> dict[str, object]:
+    """
+    The contract's C{JOB} document of a job this daemon does not run: what
+    the fleet's database knows (its state, its holder); its counts
+    L{None} (they are its holder's).
+    """
+    return {
+        "name": job.name,
+        "state": _PAGE_STATES.get(job.state, job.state),
+        "counted": False,
+        "messages_total": None,
+        "messages_done": None,
+        "messages_failed": None,
+        "messages_pending": None,
+        "percent": None,
+        "messages_per_second": None,
+        "eta_seconds": None,
+        "error": None,
+        "paused": job.state == "paused" or job.requested == "pause",
+        "daemon": holderDocument(job.holder),
+    }
+
+
+def readFleetJobs(
+    view: IFleetView,
+    states: Sequence[str],
+    text: str,
+    start: int,
+    limit: int,
+    errorsOnly: bool = False,
+) -> Deferred[FoundJobs | None]:
+    """
+    The fleet's jobs a page asks (L{IFleetView.findJobs}), the page
+    states C{states} as queue states (L{QUEUE_STATES}), C{errorsOnly} as
+    the failed ones (the database does not count a job's failed messages
+    per job cheaply); L{None} when they cannot be read (the page then
+    lists the jobs this daemon runs).
+    """
+    queue = tuple(dict.fromkeys(QUEUE_STATES[state] for state in states))
+    if errorsOnly:
+        # No state matches a filter for other states and errors: "none"
+        # selects no job.
+        queue = ("failed",) if not queue or "failed" in queue else ("none",)
+
+    def unread(failure: Failure) -> None:
+        if failure.check(TransientError) is None:
+            log.failure("Status: the fleet's jobs could not be read", failure)
+        else:
+            log.debug("Status: the fleet's jobs could not be read: {why}", why=str(failure.value))
+        return None
+
+    found: Deferred[FoundJobs] = view.findJobs(queue, text, start, limit)
+    return found.addErrback(unread)
 
 
 FLEET_PAGE = 100

@@ -59,6 +59,7 @@ class HealthResource(ReadOnlyResource):
         stopping: Callable[[], bool],
         clock: IReactorTime | None = None,
         database: str | None = None,
+        writesFailing: Callable[[], str | None] = lambda: None,
     ) -> None:
         """
         @param view: the progress, for the count of jobs per state.
@@ -69,6 +70,10 @@ class HealthResource(ReadOnlyResource):
         @param database: the store's database as the page may name it
             (a PostgreSQL URI without its password or parameters), or
             L{None} (a SQLite file, whose path a page never shows).
+        @param writesFailing: why the store's last writes failed, while
+            they do (L{imapmig.state._pgbatch.PostgreSQLWriter.writesFailing}),
+            else L{None}: the daemon is then C{degraded} though its
+            ping, a read, answers (its disk full, a right revoked).
         """
         super().__init__()
         self._view = view
@@ -76,6 +81,7 @@ class HealthResource(ReadOnlyResource):
         self._stopping = stopping
         self._clock = clock
         self._database = database
+        self._writesFailing = writesFailing
         self._lastError: str | None = None
         self._waiting: list[Deferred[None]] = []
         self._pinging = False
@@ -88,7 +94,9 @@ class HealthResource(ReadOnlyResource):
         if self._stopping():
             request.setResponseCode(http.SERVICE_UNAVAILABLE)
             return succeed(jsonBody({"status": "stopping", "version": imapmig.__version__}))
-        return self._pinged().addCallbacks(self._healthy, self._unhealthy, errbackArgs=(request,))
+        return self._pinged().addCallbacks(
+            self._healthy, self._unhealthy, callbackArgs=(request,), errbackArgs=(request,)
+        )
 
     def _pinged(self) -> Deferred[None]:
         """
@@ -121,10 +129,14 @@ class HealthResource(ReadOnlyResource):
             else:
                 each.callback(None)
 
-    def _healthy(self, _: object) -> bytes:
+    def _healthy(self, _: object, request: Request) -> bytes:
         """
-        The body of a healthy daemon: its jobs counted by state.
+        The body of a healthy daemon: its jobs counted by state; of a
+        degraded one while the store's writes fail (L{_writesFail}).
         """
+        failing = self._writesFailing()
+        if failing is not None and self._database is not None:
+            return self._writesFail(failing, request)
         if self._lastError is not None and self._database is not None:
             log.info("Health check: the state database {database} answers again",
                      database=self._database)
@@ -135,6 +147,25 @@ class HealthResource(ReadOnlyResource):
             state = self._view.stateOf(job)
             counts[state] = counts.get(state, 0) + 1
         return jsonBody({"status": "ok", "version": imapmig.__version__, "jobs": counts})
+
+    def _writesFail(self, why: str, request: Request) -> bytes:
+        """
+        The body of a daemon whose store answers reads but whose writes
+        fail: C{degraded}, 503, with the database's own reason (logged
+        once per reason; the writer's lines say it too).
+        """
+        if why != self._lastError:
+            log.error("Health check: the state store's writes fail: {why}", why=why)
+        self._lastError = why
+        request.setResponseCode(http.SERVICE_UNAVAILABLE)
+        return jsonBody(
+            {
+                "status": "degraded",
+                "version": imapmig.__version__,
+                "database": self._database,
+                "error": f"the state database refuses the daemon's writes: {why}",
+            }
+        )
 
     def _unhealthy(self, failure: Failure, request: Request) -> bytes:
         """

@@ -22,13 +22,15 @@ from typing import Callable, Iterator, Mapping
 from urllib.parse import quote
 
 from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 from twisted.web.resource import IResource, Resource
 from twisted.web.server import NOT_DONE_YET, Request
 
 import imapmig
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobProgress
-from imapmig.queue.fleetview import IFleetView
+from imapmig.errors import HTTPProblem, TransientError
+from imapmig.queue.fleetview import IFleetView, JobRow, SingleDaemonView
 from imapmig.status.redact import withoutPaths
 from imapmig.state import FailuresPage, IStateStore, MessageOutcome, Transition
 from imapmig.status._http import (
@@ -45,7 +47,7 @@ from imapmig.status.manifest import (
     excludedRows,
     manifestFormat,
 )
-from imapmig.status.fleet import FleetParts, readFleet
+from imapmig.status.fleet import FleetParts, readFleet, remoteDocument
 from imapmig.status.progressview import ProgressView
 from imapmig.status.query import FailureQuery, parseFailureQuery
 
@@ -194,7 +196,11 @@ class JobsResource(Resource):
         if request.postpath:
             return self._jobChild(segment, _JobResource)
         if segment.endswith(".json"):
-            return self._jobChild(segment[: -len(".json")], _JobDocument)
+            name = segment[: -len(".json")]
+            fleet = self._context.fleet
+            if self._context.view.job(name) is None and _isFleet(fleet):
+                return _FleetJobDocument(self._context, name)
+            return self._jobChild(name, _JobDocument)
         return JSONNotFound("not found; see /jobs/NAME.json")
 
     def _jobChild(
@@ -258,6 +264,61 @@ class _JobDocument(ReadOnlyResource):
             return jsonBody(document)
 
         return d.addCallback(failures).addCallback(done)
+
+
+def _isFleet(fleet: IFleetView | None) -> bool:
+    """
+    Whether C{fleet} is a fleet's database (not this daemon alone).
+    """
+    return fleet is not None and not isinstance(fleet, SingleDaemonView)
+
+
+class _FleetJobDocument(ReadOnlyResource):
+    """
+    C{/jobs/NAME.json} of a fleet's job this daemon does not have: what
+    the fleet's database knows of it (L{remoteDocument}), its failures and
+    timeline from the shared store; a 404 if the fleet has no such job.
+    """
+
+    def __init__(self, context: _JobContext, name: str) -> None:
+        super().__init__()
+        self._context = context
+        self._name = name
+
+    def renderBody(self, request: Request) -> Deferred[bytes]:
+        """
+        The job, its first failures (the failures query applies) and its
+        timeline; no folders (its holder lists them).
+        """
+        query = parseFailureQuery(request.uri, request.args, FIRST_FAILURES)
+        context, name = self._context, self._name
+        document = context.header()
+        fleet = context.fleet
+        assert fleet is not None
+
+        def found(row: JobRow | None) -> Deferred[FailuresPage]:
+            if row is None:
+                raise HTTPProblem(404, f"no job named {name[:200]!r}")
+            document["job"] = remoteDocument(row)
+            document["folders"] = []
+            document["excluded_folders"] = []
+            return context.store.failuresPage(name, query.offset, query.limit, query.text, query.after)
+
+        def failures(page: FailuresPage) -> Deferred[list[Transition]]:
+            document["failures"] = _failuresDocument(query, page, {})
+            return context.store.timeline(name)
+
+        def done(timeline: list[Transition]) -> bytes:
+            document["timeline"] = [timelineItem(transition) for transition in timeline]
+            return jsonBody(document)
+
+        def unread(failure: Failure) -> Failure:
+            if failure.check(TransientError) is not None:
+                raise HTTPProblem(503, str(failure.value) or "the fleet could not be read")
+            return failure
+
+        d = fleet.jobNamed(name).addErrback(unread)
+        return d.addCallback(found).addCallback(failures).addCallback(done)
 
 
 class _JobResource(Resource):

@@ -25,7 +25,7 @@ import imapmig
 from imapmig.errors import escapedExcerpt
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import MigrationProgress
-from imapmig.queue.fleetview import IFleetView, SingleDaemonView
+from imapmig.queue.fleetview import FoundJobs, IFleetView, JobRow, SingleDaemonView
 from imapmig.state import IStateStore
 from imapmig.status._http import (
     ConnectionSlots,
@@ -37,7 +37,15 @@ from imapmig.status._http import (
 from imapmig.status.bodylimit import BoundedRequest
 from imapmig.status.health import HealthResource
 from imapmig.status.controls import ControlResource
-from imapmig.status.fleet import FleetJobsResource, FleetParts, readFleet, singleDaemon
+from imapmig.status.fleet import (
+    FleetJobsResource,
+    FleetParts,
+    holderDocument,
+    readFleet,
+    readFleetJobs,
+    remoteDocument,
+    singleDaemon,
+)
 from imapmig.status.hostcheck import MisdirectedResource, misdirected
 from imapmig.status.jobs import SCHEMA, JobsResource, runManifest
 from imapmig.status.lograte import LineBudget
@@ -104,21 +112,52 @@ class StatusJSONResource(ReadOnlyResource):
         if self._fleet is None:
             return jsonBody(document)
 
-        # A fleet's daemon lists the jobs it holds; the fleet's are counted
-        # in its database.
+        # A fleet's daemon lists the fleet's jobs from its database, a page
+        # at a time (those it runs with their progress); the jobs it holds
+        # when the database cannot be read.
         fleet = not isinstance(self._fleet, SingleDaemonView)
+        fleetView = self._fleet
 
-        def withFleet(parts: FleetParts) -> bytes:
+        def withFleet(parts: FleetParts) -> bytes | Deferred[bytes]:
             document["daemons"] = parts.daemonsDocument()
             document["daemons_error"] = parts.error
             if fleet:
                 document["fleet_jobs"] = parts.counts
             for job in shown:
                 job["daemon"] = parts.holderOf(str(job["name"]))
+            if not fleet or parts.error is not None:
+                return jsonBody(document)
+            found = readFleetJobs(
+                fleetView, query.states, query.text, query.offset, query.limit, query.errorsOnly
+            )
+            return found.addCallback(withJobs)
+
+        def withJobs(found: FoundJobs | None) -> bytes:
+            if found is not None:
+                document["jobs"] = [self._fleetDocument(row) for row in found.jobs]
+                described = document["page"]
+                assert isinstance(described, dict)
+                described.update(
+                    matched=found.matched, matched_exact=found.exact, next=found.next
+                )
             return jsonBody(document)
 
+        # The holders of this daemon's page too: it is shown while the
+        # fleet's jobs cannot be read.
         names = [job.name for job in page]
         return readFleet(self._fleet, names, counts=fleet).addCallback(withFleet)
+
+    def _fleetDocument(self, row: JobRow) -> dict[str, object]:
+        """
+        The document of a job of the fleet's page: this daemon's progress
+        of it where it runs it, else what the database knows.
+        """
+        job = self._view.job(row.name)
+        if job is None or row.holder is None or not row.holder.this:
+            return remoteDocument(row)
+        document = self._view.document(job)
+        document["daemon"] = holderDocument(row.holder)
+        return document
 
 
 

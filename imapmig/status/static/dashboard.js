@@ -22,6 +22,10 @@
     polls: 0,
     offset: 0,
     matched: 0,
+    // A fleet's filtered /status.json pages by position: where the next
+    // page starts (page.next) and where the pages before it started.
+    nextOffset: null,
+    backOffsets: [],
     lostSince: null,
     timer: null,
     inflight: null,
@@ -706,11 +710,23 @@
     state.matched = page.matched || 0;
     var offset = page.offset || 0, limit = page.limit || 100;
     state.offset = offset;
+    if (page.next !== undefined) {
+      // A fleet's filtered page: the offset is a position in the fleet's
+      // list, the next page starts at page.next; matched may be a lower bound.
+      state.nextOffset = page.next;
+      put($("jobs-page"), count(jobs.length) + " of " + (page.matched_exact === false ? "at least " : "") +
+        count(state.matched));
+      $("jobs-prev").disabled = !state.backOffsets.length;
+      $("jobs-next").disabled = page.next === null;
+      $("jobs-empty").hidden = jobs.length > 0;
+      return;
+    }
     if (!jobs.length && offset > 0 && state.matched > 0) {
       // The list shrank under this page: go to the last page that has jobs.
       state.offset = Math.floor((state.matched - 1) / limit) * limit;
       setTimeout(poll, 0);
     }
+    state.nextOffset = null;
     put($("jobs-page"), state.matched ? count(offset + 1) + "-" + count(offset + jobs.length) + " of " + count(state.matched) : "0 of 0");
     $("jobs-prev").disabled = offset <= 0;
     $("jobs-next").disabled = offset + limit >= state.matched;
@@ -722,7 +738,8 @@
   // instead the fleet's jobs from /fleet/jobs.json in the queue's order, a
   // keyset page at a time, each with the daemon holding it: the jobs this
   // daemon holds with their progress, the others with their state in the
-  // fleet's queue. A filter, a search or another order lists this daemon's.
+  // fleet's queue. A filter, a search or another order asks /status.json,
+  // which a fleet's daemon also answers from the fleet's database.
   var FLEET_STATES = { claimed: "running" };
   function fleetListed(s) {
     var sort = $("jobs-sort").value;
@@ -1141,6 +1158,8 @@
   var debounce = null, failuresDebounce = null;
   function refilter() {
     state.offset = 0;
+    state.nextOffset = null;
+    state.backOffsets = [];
     state.fleet = { on: state.fleet.on, after: null, back: [], position: 0, next: null };
     showSort();
     poll();
@@ -1188,10 +1207,14 @@
     $("jobs-filters").addEventListener("submit", function (e) { e.preventDefault(); refilter(); });
     $("jobs-prev").addEventListener("click", function () {
       if (state.fleet.on) return fleetPage(false);
+      if (state.backOffsets.length) { state.offset = state.backOffsets.pop(); return poll(); }
       state.offset = Math.max(0, state.offset - Number($("jobs-limit").value)); poll();
     });
     $("jobs-next").addEventListener("click", function () {
       if (state.fleet.on) return fleetPage(true);
+      if (state.nextOffset !== null) {
+        state.backOffsets.push(state.offset); state.offset = state.nextOffset; return poll();
+      }
       state.offset += Number($("jobs-limit").value); poll();
     });
     $("state-counts").addEventListener("click", function (e) {
