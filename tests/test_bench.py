@@ -842,6 +842,25 @@ class FleetQueuedTests(SynchronousTestCase):
                       "\n".join(lines))  # fmt: skip
         self.assertIn("- Heartbeat (renewal): 10.0 buffers", "\n".join(lines))
 
+    def test_pagesByTheirLeast(self) -> None:
+        """
+        A page's verdict compares the least time of its requests at both
+        sizes (its own cost), the medians (the wait behind the migrating
+        daemon's work) shown beside: a median twice the small list's with
+        the same least is met; a least dearer by more than 1.2x is missed.
+        """
+        small = attrs.evolve(queuedRun(1000, (1.0,), 100_000, 20, 10.0),
+                             pagesLeast=(("/", 2.0), ("/status.json", 3.0)))  # fmt: skip
+        large = attrs.evolve(queuedRun(1_000_000, (1.0,), 100_000, 20, 20.0),
+                             pagesLeast=(("/", 2.1), ("/status.json", 3.7)))  # fmt: skip
+        lines = [line for line in queuedLines(large, small) if line.startswith("- Page ")]
+        self.assertEqual(lines, [
+            "- Page /: 2.0 ms at 1,000 jobs, 2.1 ms at 1,000,000 (least of the requests, its own"
+            " cost; median 10.0 and 20.0 ms; target: at most 1.2x): met",
+            "- Page /status.json: 3.0 ms at 1,000 jobs, 3.7 ms at 1,000,000 (least of the"
+            " requests, its own cost; median 5.0 and 10.0 ms; target: at most 1.2x): **missed**",
+        ])
+
     def test_pageReadCost(self) -> None:
         """
         The pages' reads are the fleet view's three statements, summed,
