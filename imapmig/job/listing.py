@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from operator import attrgetter
-from typing import AbstractSet, Any, Sequence
+from typing import AbstractSet, Any, Iterator, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -123,11 +123,7 @@ class SourceListing:
         listed: list[Listed] = []
         try:
             while True:
-                while len(asked) < window and not self._stop.requested:
-                    folder = next(following, None)
-                    if folder is None:
-                        break
-                    asked.append((folder, Deferred.fromCoroutine(self._listFolder(folder))))
+                self._askAhead(asked, following, window)
                 if not asked or self._stop.requested:
                     break
                 folder, listing = asked.popleft()
@@ -153,6 +149,22 @@ class SourceListing:
             for _, listing in asked:
                 listing.addErrback(lambda _: None)
         return listed, unreadable
+
+    def _askAhead(
+        self,
+        asked: deque[tuple[SourceFolder, Deferred[_FolderListed]]],
+        following: Iterator[SourceFolder],
+        window: int,
+    ) -> None:
+        """
+        Ask for the listings of the C{following} folders until C{window}
+        are C{asked} and not yet taken, unless the run is stopping.
+        """
+        while len(asked) < window and not self._stop.requested:
+            folder = next(following, None)
+            if folder is None:
+                return
+            asked.append((folder, Deferred.fromCoroutine(self._listFolder(folder))))
 
     async def plan(
         self,
