@@ -5,8 +5,9 @@ on bodies of the realistic corpus made CRLF (as an IMAP server sends them).
     valgrind --tool=callgrind .venv/bin/python -m bench.s2s_crlfcheck WAY [COUNT]
 
 WAY is C{none} (only loading the bodies: subtract its count), C{counts}
-(C{toCRLF}'s two C{bytes.count}), C{asCRLF} (L{imapmig.sources.imap.asCRLF})
-or C{crcr} (C{replace(b"\\r\\n", b"\\r\\r")} then looking for LF); COUNT is
+(C{toCRLF}'s two C{bytes.count}), C{asCRLF} (L{imapmig.sources.imap.asCRLF}),
+C{crcr} (C{replace(b"\\r\\n", b"\\r\\r")} then looking for LF) or
+C{pairsGone} (C{replace(b"\\r\\n", b"")} then looking for CR and LF); COUNT is
 how many bodies (default 400).  It prints the octets checked, to divide the
 difference of two counts by.
 """
@@ -32,11 +33,17 @@ def _crcr(body: bytes) -> bool:
     return 10 not in body.replace(b"\r\n", b"\r\r")
 
 
+def _pairsGone(body: bytes) -> bool:
+    rest = body.replace(b"\r\n", b"")
+    return 13 not in rest and 10 not in rest
+
+
 WAYS: dict[str, Callable[[bytes], object]] = {
     "none": lambda body: None,
     "counts": _counts,
     "asCRLF": _asCRLF,
     "crcr": _crcr,
+    "pairsGone": _pairsGone,
 }
 
 

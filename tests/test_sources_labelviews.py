@@ -589,6 +589,24 @@ class GmailSourceTests(SynchronousTestCase):
         account.call(source.close())
         return listed
 
+    def test_listingWindow(self) -> None:
+        """
+        Once its folders are listed, a source with C{dedup} lists them one
+        at a time (a view after the folders it is set against,
+        L{IMAPSource.listingWindow}); with C{copy}, one per connection.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        windows = []
+        for labelViews in ["dedup", "copy"]:
+            source = IMAPSource(
+                account.opener(), "gmail at memory", connections=3, labelViews=labelViews, job=JOB
+            )
+            account.call(source.listFolders())
+            windows.append(source.listingWindow)
+            account.call(source.close())
+        self.assertEqual(windows, [1, 3])
+
     def test_dedup(self) -> None:
         """
         With C{dedup}, Important and Starred are left out (logged, with

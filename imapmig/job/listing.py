@@ -8,9 +8,9 @@ mark recorded after a completed pass.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from operator import attrgetter
-from typing import AbstractSet, Any, Sequence
+from typing import AbstractSet, Any, Iterator, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -36,6 +36,8 @@ __all__ = ["Listed", "SourceListing", "folderOctets"]
 log = Logger()
 
 _size = attrgetter("size")
+
+_FolderListed = tuple[Sequence[SourceMessage], Sequence[FlagChange]]
 
 Listed = tuple[SourceFolder, Sequence[SourceMessage], Sequence[FlagChange]]
 """
@@ -109,30 +111,60 @@ class SourceListing:
         self, folders: Sequence[SourceFolder], opening: Deferred[Any]
     ) -> tuple[list[Listed], list[str]]:
         """
-        List the messages of C{folders} (see L{listSource}).
+        List the messages of C{folders} (see L{listSource}): an IMAP
+        source's next folders are asked for while one is listed, up to its
+        listing window (L{IMAPSource.listingWindow}: one per connection), so
+        that its connections list side by side.
         """
+        window = self._source.listingWindow if isinstance(self._source, IMAPSource) else 1
+        asked: deque[tuple[SourceFolder, Deferred[_FolderListed]]] = deque()
+        following = iter(folders)
         unreadable: list[str] = []
         listed: list[Listed] = []
-        for folder in folders:
-            if self._stop.requested:
-                break
-            try:
-                messages, flagChanges = await self._listFolder(folder)
-            except SourceError as e:
-                # The other folders are still migrated; the job ends as
-                # failed, naming this one.
-                log.error(
-                    "Job {job}: cannot list the source folder {folder}: {why}",
-                    job=self._job,
-                    folder="/".join(folder.path),
-                    why=str(e),
-                )
-                unreadable.append(f"{'/'.join(folder.path)}: {e}")
-                continue
-            listed.append((folder, messages, flagChanges))
-            if not opening.called:
-                await deferLater(self._clock, 0)
+        try:
+            while True:
+                self._askAhead(asked, following, window)
+                if not asked or self._stop.requested:
+                    break
+                folder, listing = asked.popleft()
+                try:
+                    messages, flagChanges = await listing
+                except SourceError as e:
+                    # The other folders are still migrated; the job ends as
+                    # failed, naming this one.
+                    log.error(
+                        "Job {job}: cannot list the source folder {folder}: {why}",
+                        job=self._job,
+                        folder="/".join(folder.path),
+                        why=str(e),
+                    )
+                    unreadable.append(f"{'/'.join(folder.path)}: {e}")
+                    continue
+                listed.append((folder, messages, flagChanges))
+                if not opening.called:
+                    await deferLater(self._clock, 0)
+        finally:
+            # Asked ahead and no longer wanted (a stop, a failure): their
+            # outcome is dropped.
+            for _, listing in asked:
+                listing.addErrback(lambda _: None)
         return listed, unreadable
+
+    def _askAhead(
+        self,
+        asked: deque[tuple[SourceFolder, Deferred[_FolderListed]]],
+        following: Iterator[SourceFolder],
+        window: int,
+    ) -> None:
+        """
+        Ask for the listings of the C{following} folders until C{window}
+        are C{asked} and not yet taken, unless the run is stopping.
+        """
+        while len(asked) < window and not self._stop.requested:
+            folder = next(following, None)
+            if folder is None:
+                return
+            asked.append((folder, Deferred.fromCoroutine(self._listFolder(folder))))
 
     async def plan(
         self,
@@ -240,9 +272,7 @@ class SourceListing:
                 why=why,
             )
 
-    async def _listFolder(
-        self, folder: SourceFolder
-    ) -> tuple[Sequence[SourceMessage], Sequence[FlagChange]]:
+    async def _listFolder(self, folder: SourceFolder) -> _FolderListed:
         """
         The messages of a source folder, and the flag changes to apply to
         copies made by an earlier run.

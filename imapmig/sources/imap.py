@@ -141,10 +141,21 @@ class IMAPSource:
         """
         self.description = description
         marks = FolderMarks(description)
+        self._connections = max(1, connections)
         self._pool = SessionPool(openSession, description, connections, job, throttle)
         self._listing = FolderListing(marks, description, include, labelViews, archiveFolder, job)
         fetcher = BodyFetcher(commandBytes, maxMessageBytes, spoolAbove, spoolDirectory)
         self._reading = BodyReader(marks, description, fetcher, throttle)
+
+    @property
+    def listingWindow(self) -> int:
+        """
+        How many folders of the last L{listFolders} may be listed at once:
+        one per connection, or one at a time where label views are
+        de-duplicated (a view is listed after the folders it is set
+        against).
+        """
+        return 1 if self._listing.inOrder else self._connections
 
     @property
     def leftOut(self) -> list[tuple[SourceFolder, str]]:

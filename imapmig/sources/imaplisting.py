@@ -237,6 +237,15 @@ class FolderListing:
         # What the listing pass does with label views.
         self._views: CopiedViews = CopiedViews()
 
+    @property
+    def inOrder(self) -> bool:
+        """
+        Whether this pass's folders must be listed one after another, in
+        the order L{listFolders} gave: label views are de-duplicated
+        against the folders listed before them.
+        """
+        return isinstance(self._views, DeduplicatedViews)
+
     def folderStatus(self, folder: SourceFolder) -> FolderStatus | None:
         """
         See L{imapmig.sources.imap.IMAPSource.folderStatus}.
