@@ -62,7 +62,7 @@ class Invocation:
         """
         imapmig's C{endpoint} and C{starttls} keys for the destination.
         """
-        return _endpoint(self.tls, self.host, self.port, self.tlsPort)
+        return endpointKeys(self.tls, self.host, self.port, self.tlsPort)
 
 
 @frozen
@@ -94,7 +94,7 @@ class SourceAccount:
 TLS_MODES = ("none", "implicit", "starttls")
 
 
-def _endpoint(tls: str, host: str, port: int, tlsPort: int) -> tuple[str, str]:
+def endpointKeys(tls: str, host: str, port: int, tlsPort: int) -> tuple[str, str]:
     """
     imapmig's C{endpoint} and C{starttls} for a server reached by C{tls}.
     """
@@ -107,7 +107,7 @@ def _serverKeys(tls: str, host: str, port: int, tlsPort: int, caPath: str) -> st
     """
     The keys of one C{servers:} entry, as a YAML flow mapping's body.
     """
-    endpoint, starttls = _endpoint(tls, host, port, tlsPort)
+    endpoint, starttls = endpointKeys(tls, host, port, tlsPort)
     keys = f'endpoint: "{endpoint}", starttls: "{starttls}"'
     if tls == "none":
         return keys + ", allow_plaintext: true"
