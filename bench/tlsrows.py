@@ -123,12 +123,39 @@ def tlsRatios(rows: Sequence[Figure]) -> dict[str, dict[str, float]]:
     return ratios
 
 
+def _rateCell(figure: Figure | None) -> str:
+    if figure is None:
+        return ""
+    return f"{figure.messagesPerSecond:,.0f}" if figure.runs else "FAILED"
+
+
+def tlsVerdicts(ratios: dict[str, dict[str, float]]) -> list[str]:
+    """
+    One line per ratio and TLS mode: its value beside its plain-TCP value
+    and the verdict of issue 31 (met when no more than L{TOLERANCE} below).
+
+    @param ratios: L{tlsRatios}'s answer.
+    """
+    plain = ratios.get("none", {})
+    lines = []
+    for mode in TLS_MODES[1:]:
+        for label, _, _ in RATIOS:
+            value = ratios.get(mode, {}).get(label)
+            if value is None or label not in plain:
+                continue
+            change = value / plain[label] - 1
+            lines.append(
+                f"- {label} over {mode} TLS: {value:.2f} against {plain[label]:.2f} in plain "
+                f"TCP ({change:+.0%}; target: at most {TOLERANCE:.0%} below): "
+                + ("met" if change >= -TOLERANCE else "**missed**")
+            )
+    return lines
+
+
 def tlsTable(rows: Sequence[Figure]) -> str:
     """
     The part's Markdown: messages per second of each row in each mode (net
-    of start-up), then each ratio per mode beside its
-    plain-TCP value, with the verdict of issue 31 (no more than
-    L{TOLERANCE} below it).
+    of start-up), then each ratio per mode, then L{tlsVerdicts}.
 
     @param rows: every figure (those of other parts are left out).
     """
@@ -137,32 +164,15 @@ def tlsTable(rows: Sequence[Figure]) -> str:
     byKey = {(f.setting.tls, f.client): f for f in tls}
     lines = ["| row | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
     for client in TLS_CLIENTS:
-        cells = []
-        for mode in modes:
-            f = byKey.get((mode, client))
-            cells.append("" if f is None else f"{f.messagesPerSecond:,.0f}" if f.runs else "FAILED")
+        cells = [_rateCell(byKey.get((mode, client))) for mode in modes]
         if any(cells):
             lines.append(f"| {CONTENDERS[client].label} | " + " | ".join(cells) + " |")
     ratios = tlsRatios(rows)
     lines += ["", "| ratio | " + " | ".join(modes) + " |", "|---|" + "---|" * len(modes)]
-    verdicts = []
     for label, _, _ in RATIOS:
-        plain = ratios.get("none", {}).get(label)
-        cells = []
-        for mode in modes:
-            value = ratios.get(mode, {}).get(label)
-            if value is None:
-                cells.append("")
-                continue
-            cells.append(f"{value:.2f}")
-            if mode != "none" and plain is not None:
-                change = value / plain - 1
-                ok = change >= -TOLERANCE
-                verdicts.append(
-                    f"- {label} over {mode} TLS: {value:.2f} against {plain:.2f} in plain TCP "
-                    f"({change:+.0%}; target: at most {TOLERANCE:.0%} below): "
-                    + ("met" if ok else "**missed**")
-                )
+        cells = [
+            "" if label not in ratios.get(mode, {}) else f"{ratios[mode][label]:.2f}"
+            for mode in modes
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    return "\n".join(lines + [""] + verdicts) + "\n"
-
+    return "\n".join(lines + [""] + tlsVerdicts(ratios)) + "\n"
