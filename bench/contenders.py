@@ -309,21 +309,25 @@ def imapmigArgv(config: str, *extra: str) -> list[str]:
 def imapmigServerToServerConfig(invocation: Invocation) -> str:
     """
     Write an imapmig configuration that copies C{invocation.source} into
-    the fresh account, both over plain TCP, and return its path.
+    the fresh account, each reached as its C{tls} says, and return its
+    path.
     """
     source = invocation.source
     assert source is not None, "a server-to-server run needs a source account"
     passwordFile = os.path.join(invocation.runDir, "password")
     with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(PASSWORD + "\n")
+    sourceKeys = _serverKeys(source.tls, source.host, source.port, source.tlsPort, source.caPath)
+    destinationKeys = _serverKeys(invocation.tls, invocation.host, invocation.port,
+                                  invocation.tlsPort, invocation.caPath)  # fmt: skip
     path = os.path.join(invocation.runDir, "imapmig.yaml")
     with open(path, "w") as f:
         f.write(
             f"state: {os.path.join(invocation.runDir, 'state.sqlite')}\n"
             "status: off\n"
             "servers:\n"
-            f"  source: {{{_serverKeys(source.tls, source.host, source.port, source.tlsPort, source.caPath)}}}\n"
-            f"  bench: {{{_serverKeys(invocation.tls, invocation.host, invocation.port, invocation.tlsPort, invocation.caPath)}}}\n"
+            f"  source: {{{sourceKeys}}}\n"
+            f"  bench: {{{destinationKeys}}}\n"
             "jobs:\n"
             "  - name: bench\n"
             f"    source: {{server: source, user: {source.user}, password_file: {passwordFile}}}\n"

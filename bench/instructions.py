@@ -11,9 +11,9 @@ C{small-5000-seed1}; C{empty} for the start-up alone; run C{make bench}
 once to build them); CONNECTIONS the job's C{connections} (default 2); TLS
 how imapmig reaches Dovecot: C{none} (plain TCP, the default), C{implicit}
 (the imaps port) or C{starttls}.  With C{IMAPMIG_CALLGRIND_OUT} set, the
-profile is copied there (for C{callgrind_annotate}).  It starts a private Dovecot on tmpfs, runs C{twistd -n
-imapmig --exit-when-done} into a fresh account under callgrind, and prints
-the instruction count.  C{bench/results/journal.md} used it to count the
+profile is copied there (for C{callgrind_annotate}).  It starts a private
+Dovecot on tmpfs, runs C{twistd -n imapmig --exit-when-done} into a fresh
+account under callgrind, and prints the instruction count.  C{bench/results/journal.md} used it to count the
 journal's cost, with a copy of the tree whose one journal call was replaced
 by C{ticket = None}.
 """
