@@ -40,6 +40,10 @@ class Invocation:
     @ivar rawBinary: the compiled raw writer.
     @ivar source: for a server-to-server run (part C{s2s}), the account
         read from; L{None} for a run from the Maildir.
+    @ivar tls: how the client reaches the destination: L{TLS_MODES}.
+    @ivar tlsPort: the destination's implicit-TLS port (C{tls} implicit).
+    @ivar caPath: the PEM of the CA that signed the servers' certificates
+        (C{tls} other than C{none}).
     """
 
     host: str
@@ -50,6 +54,15 @@ class Invocation:
     server: ServerVariant
     rawBinary: str
     source: SourceAccount | None = None
+    tls: str = "none"
+    tlsPort: int = 0
+    caPath: str = ""
+
+    def tlsEndpoint(self) -> tuple[str, str]:
+        """
+        imapmig's C{endpoint} and C{starttls} keys for the destination.
+        """
+        return endpointKeys(self.tls, self.host, self.port, self.tlsPort)
 
 
 @frozen
@@ -62,12 +75,43 @@ class SourceAccount:
     @ivar user: the account (its password is L{PASSWORD}).
     @ivar destinationConfig: the destination Dovecot's configuration file,
         for C{doveadm}.
+    @ivar tls: how the source is read: L{TLS_MODES}.
+    @ivar tlsPort: the source's implicit-TLS port.
+    @ivar caPath: the PEM of the CA that signed the source's certificate.
     """
 
     host: str
     port: int
     user: str
     destinationConfig: str
+    tls: str = "none"
+    tlsPort: int = 0
+    caPath: str = ""
+
+
+# How a client reaches a server (C{--tls}): plain TCP, implicit TLS (the
+# imaps port) or STARTTLS on the plain port.
+TLS_MODES = ("none", "implicit", "starttls")
+
+
+def endpointKeys(tls: str, host: str, port: int, tlsPort: int) -> tuple[str, str]:
+    """
+    imapmig's C{endpoint} and C{starttls} for a server reached by C{tls}.
+    """
+    if tls == "implicit":
+        return f"tls:{host}:{tlsPort}", "off"
+    return f"tcp:{host}:{port}", "required" if tls == "starttls" else "off"
+
+
+def _serverKeys(tls: str, host: str, port: int, tlsPort: int, caPath: str) -> str:
+    """
+    The keys of one C{servers:} entry, as a YAML flow mapping's body.
+    """
+    endpoint, starttls = endpointKeys(tls, host, port, tlsPort)
+    keys = f'endpoint: "{endpoint}", starttls: "{starttls}"'
+    if tls == "none":
+        return keys + ", allow_plaintext: true"
+    return keys + f", tls_ca: {caPath}"
 
 
 @frozen
@@ -154,6 +198,10 @@ def _raw(
             argv += ["--connections", str(connections)]
         if mailboxPerConnection:
             argv.append("--mailbox-per-connection")
+        if invocation.tls != "none":
+            port = invocation.tlsPort if invocation.tls == "implicit" else invocation.port
+            argv[argv.index("--port") + 1] = str(port)
+            argv += ["--tls", invocation.tls, "--ca", invocation.caPath]
         return argv + (["--select"] if select else [])
 
     return build
@@ -215,16 +263,20 @@ def imapmigConfig(
     passwordFile = os.path.join(invocation.runDir, "password")
     with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(PASSWORD + "\n")
+    endpoint, starttls = invocation.tlsEndpoint()
     lines = [
         f"state: {os.path.join(invocation.runDir, 'state.sqlite')}",
         "status: off",
         "servers:",
         "  bench:",
-        f'    endpoint: "tcp:{invocation.host}:{invocation.port}"',
-        "    starttls: off",
-        # The netns benchmarks reach the server at 10.77.0.1, not loopback.
-        "    allow_plaintext: true",
+        f'    endpoint: "{endpoint}"',
+        f"    starttls: {starttls}",
     ]
+    if invocation.tls == "none":
+        # The netns benchmarks reach the server at 10.77.0.1, not loopback.
+        lines.append("    allow_plaintext: true")
+    else:
+        lines.append(f"    tls_ca: {invocation.caPath}")
     if compress is not None:
         lines.append(f'    compress: "{compress}"')
     if connections is not None:
@@ -257,23 +309,25 @@ def imapmigArgv(config: str, *extra: str) -> list[str]:
 def imapmigServerToServerConfig(invocation: Invocation) -> str:
     """
     Write an imapmig configuration that copies C{invocation.source} into
-    the fresh account, both over plain TCP, and return its path.
+    the fresh account, each reached as its C{tls} says, and return its
+    path.
     """
     source = invocation.source
     assert source is not None, "a server-to-server run needs a source account"
     passwordFile = os.path.join(invocation.runDir, "password")
     with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(PASSWORD + "\n")
+    sourceKeys = _serverKeys(source.tls, source.host, source.port, source.tlsPort, source.caPath)
+    destinationKeys = _serverKeys(invocation.tls, invocation.host, invocation.port,
+                                  invocation.tlsPort, invocation.caPath)  # fmt: skip
     path = os.path.join(invocation.runDir, "imapmig.yaml")
     with open(path, "w") as f:
         f.write(
             f"state: {os.path.join(invocation.runDir, 'state.sqlite')}\n"
             "status: off\n"
             "servers:\n"
-            f'  source: {{endpoint: "tcp:{source.host}:{source.port}", starttls: "off",'
-            " allow_plaintext: true}\n"
-            f'  bench: {{endpoint: "tcp:{invocation.host}:{invocation.port}", starttls: "off",'
-            " allow_plaintext: true}\n"
+            f"  source: {{{sourceKeys}}}\n"
+            f"  bench: {{{destinationKeys}}}\n"
             "jobs:\n"
             "  - name: bench\n"
             f"    source: {{server: source, user: {source.user}, password_file: {passwordFile}}}\n"
@@ -294,13 +348,16 @@ def _dsync(invocation: Invocation) -> list[str]:
     assert source is not None, "a server-to-server run needs a source account"
     settings = {
         "imapc_host": source.host,
-        "imapc_port": str(source.port),
+        "imapc_port": str(source.tlsPort if source.tls == "implicit" else source.port),
         "imapc_user": source.user,
         "imapc_password": PASSWORD,
-        "imapc_ssl": "no",
+        "imapc_ssl": {"none": "no", "implicit": "imaps", "starttls": "starttls"}[source.tls],
         "imapc_features": "rfc822.size",
         "mail_prefetch_count": "20",
     }
+    if source.tls != "none":
+        settings["imapc_ssl_verify"] = "yes"
+        settings["ssl_client_ca_file"] = source.caPath
     overrides = [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
     return [shutil.which("doveadm") or "/usr/bin/doveadm", "-c", source.destinationConfig,
             *overrides, "backup", "-R", "-u", invocation.user, "imapc:"]  # fmt: skip
@@ -457,6 +514,7 @@ def buildTools(workDir: str) -> tuple[str, str]:
     for source in (RAW_SOURCE, TIMED_SOURCE):
         binary = os.path.join(workDir, os.path.splitext(os.path.basename(source))[0])
         if not os.path.exists(binary) or os.path.getmtime(binary) < os.path.getmtime(source):
-            subprocess.run(["gcc", "-O2", "-Wall", "-o", binary, source], check=True)
+            libraries = ["-lssl", "-lcrypto"] if source == RAW_SOURCE else []
+            subprocess.run(["gcc", "-O2", "-Wall", "-o", binary, source, *libraries], check=True)
         binaries.append(binary)
     return binaries[0], binaries[1]

@@ -30,6 +30,8 @@ class Setting:
     @ivar nagle: the server runs with C{bench/naglekeep.c} preloaded, which
         ignores its C{TCP_NODELAY} and C{TCP_CORK}: a server that leaves
         Nagle's algorithm on.
+    @ivar tls: how the clients reach the servers (part C{tls}): C{"none"},
+        C{"implicit"} or C{"starttls"}.
     """
 
     part: str
@@ -40,12 +42,15 @@ class Setting:
     server: str
     serverCompress: bool = False
     nagle: bool = False
+    tls: str = "none"
 
     def link(self) -> str:
         """
         The link, for the table: C{loopback}, C{20 ms}, C{20 ms, 20 Mbit/s},
         C{loopback, server Nagle on}.
         """
+        if self.tls != "none":
+            return f"loopback, {self.tls} TLS"
         if not self.rttMs and self.rateBitsPerSecond is None:
             return "loopback, server Nagle on" if self.nagle else "loopback"
         text = f"{self.rttMs:g} ms"

@@ -85,6 +85,12 @@ The parts of the matrix (C{--parts}, comma-separated):
             account of another (tmpfs, loopback): imapmig with an IMAP
             source, Dovecot's `doveadm backup -R imapc:`, and a raw
             fetch-then-MULTIAPPEND client (bench/clients/s2s_raw.py)
+  tls       the rows of issue 31 over each mode of --tls (bench/tlsrows.py;
+            loopback, tmpfs, realistic corpus), side by side: imapmig with
+            1 and 2 connections, the raw MULTIAPPEND 50 writer with as many
+            (bench/rawappend.c --tls, OpenSSL), imapmig with an IMAP source
+            and `doveadm backup -R imapc:` (imapc_ssl); each ratio over TLS
+            beside its plain-TCP value
   fleet     a fleet of daemons on one private PostgreSQL (bench/fleet.py,
             bench/fleet_run.py; issue 30), its rows (--fleet-rows):
             scaleout: --fleet-accounts accounts through the delay line
@@ -119,7 +125,9 @@ Options:
                     messages over the 20 Mbit/s link (default 500)
   --nagle-messages N
                     messages of the nagle part (default 2000)
-  --parts LIST      main,servers,compress,nagle,scale,s2s (default all)
+  --parts LIST      main,servers,compress,nagle,scale,s2s,tls (default all)
+  --tls LIST        the modes of the tls part: none (plain TCP), implicit
+                    (the imaps port), starttls (default all three)
   --quick           a smoke run: 300 messages, 1 run, loopback, tmpfs,
                     realistic corpus, main part only (under a minute); its
                     figures are dominated by start-up and mean nothing
@@ -202,6 +210,7 @@ from bench.contenders import (
     REPOSITORY,
     S2S_CLIENTS,
     SERVER_CLIENTS,
+    TLS_MODES,
     Contender,
     Invocation,
     SourceAccount,
@@ -528,6 +537,9 @@ class Bench:
             server=VARIANTS[setting.server],
             rawBinary=self.rawBinary,
             source=source,
+            tls=setting.tls,
+            tlsPort=server.tlsPort,
+            caPath=server.caPath,
         )
         argv = network.client(contender.argv(invocation))
         seconds, status, usage = _timedProcess(self.timer, argv, runDir, self.args.timeout)
@@ -697,9 +709,10 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--nagle-messages", type=int, default=2000)
     parser.add_argument(
         "--parts", type=_split,
-        default=["main", "servers", "compress", "nagle", "scale", "s2s", "fleet"],
+        default=["main", "servers", "compress", "nagle", "scale", "s2s", "tls", "fleet"],
     )  # fmt: skip
     fleet = FleetSizes()
+    parser.add_argument("--tls", type=_split, default=list(TLS_MODES))
     parser.add_argument("--fleet-rows", type=_split, default=list(fleet.rows))
     parser.add_argument("--fleet-accounts", type=int, default=fleet.accounts)
     parser.add_argument("--fleet-per-account", type=int, default=fleet.perAccount)
@@ -757,10 +770,13 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         if name not in ("disk", "tmpfs"):
             problems.append(f"unknown store {name!r} (disk, tmpfs)")
     for name in args.parts:
-        if name not in ("main", "servers", "compress", "nagle", "scale", "s2s", "fleet"):
+        if name not in ("main", "servers", "compress", "nagle", "scale", "s2s", "tls", "fleet"):
             problems.append(
-                f"unknown part {name!r} (main, servers, compress, nagle, scale, s2s, fleet)"
+                f"unknown part {name!r} (main, servers, compress, nagle, scale, s2s, tls, fleet)"
             )
+    for name in args.tls:
+        if name not in TLS_MODES:
+            problems.append(f"unknown TLS mode {name!r} ({', '.join(TLS_MODES)})")
     for name in args.fleet_rows:
         if name not in FLEET_ROWS:
             problems.append(f"unknown fleet row {name!r} ({', '.join(FLEET_ROWS)})")
@@ -888,6 +904,14 @@ def makePlan(args: argparse.Namespace) -> list[Job]:
         if clients:
             plan.append(Job(Setting("s2s", "tmpfs", 0.0, None, corpus, "default"), clients,
                             args.messages))  # fmt: skip
+    if "tls" in args.parts:
+        from bench.tlsrows import TLS_CLIENTS
+
+        corpus = "realistic" if "realistic" in args.corpus else args.corpus[0]
+        clients = tuple(c for c in TLS_CLIENTS if not args.clients or c in args.clients)
+        for mode in args.tls if clients else ():
+            plan.append(Job(Setting("tls", "tmpfs", 0.0, None, corpus, "default", tls=mode),
+                            clients, args.messages))  # fmt: skip
     if "compress" in args.parts:
         clients = tuple(
             c for c in COMPRESS_CLIENTS if not args.clients or c in args.clients
@@ -944,7 +968,7 @@ def execute(bench: Bench, plan: list[Job]) -> None:
             servers: dict[tuple[str, str, bool], list[Job]] = {}
             for job in jobs:
                 s = job.setting
-                if s.part in ("nagle", "s2s"):
+                if s.part in ("nagle", "s2s", "tls"):
                     continue
                 servers.setdefault((s.store, s.server, s.serverCompress), []).append(job)
             for job in jobs:
@@ -952,6 +976,11 @@ def execute(bench: Bench, plan: list[Job]) -> None:
                     from bench.s2s import runServerToServer
 
                     runServerToServer(bench, job)
+            tlsJobs = [job for job in jobs if job.setting.part == "tls"]
+            if tlsJobs:
+                from bench.tlsrows import runTLS
+
+                runTLS(bench, tlsJobs)
             for (store, server, compress), serverJobs in servers.items():
                 bench.runSetting(network, store, server, compress, serverJobs)
 
@@ -1227,6 +1256,19 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "× raw ceiling: over the raw fetch-then-MULTIAPPEND client.",
             "",
             markdownTable(serverToServer),
+        ]
+    if any(f.setting.part == "tls" for f in rows):
+        from bench.tlsrows import tlsTable
+
+        parts += [
+            "## TLS (issue 31)",
+            "",
+            "The same rows over plain TCP, implicit TLS (Dovecot's imaps port) and STARTTLS, "
+            "interleaved in one run (loopback, tmpfs; the certificates of the private "
+            "Dovecots' test CA verified by every client). Messages per second net of "
+            "start-up; then each ratio per mode.",
+            "",
+            tlsTable(rows),
         ]
     targets = _targets(rows)
     if targets:

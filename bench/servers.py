@@ -250,6 +250,21 @@ class BenchServer:
         return self._instance.port
 
     @property
+    def tlsPort(self) -> int:
+        """
+        The implicit-TLS (imaps) port.
+        """
+        return self._instance.tlsPort
+
+    @property
+    def caPath(self) -> str:
+        """
+        The PEM file of the private CA that signed the server's certificate
+        (for C{127.0.0.1} and C{localhost}).
+        """
+        return self._instance.caCertificatePath
+
+    @property
     def pid(self) -> int | None:
         """
         The master process's id while running (its tree holds every

@@ -1,14 +1,20 @@
 """
 Tests for the benchmark's pure parts: how runs become figures, and how
 server variants hide capabilities; the scale part's plan, figures, targets
-and files; the fleet part's statistics, ratios, verdicts and files.
+and files; the fleet part's statistics, ratios, verdicts and files; the TLS
+part's plan, command lines and ratios, and the raw writer over TLS against
+a private Dovecot.
 """
 
 from __future__ import annotations
 
+import imaplib
 import io
+import json
 import os
 import sqlite3
+import ssl
+import subprocess
 import sys
 from typing import Any
 
@@ -51,7 +57,8 @@ from bench.fleet import (
     tableWritesTable,
     writeUserList,
 )
-from bench.report import RunResult, Setting, figures, markdownTable
+from bench.contenders import CONTENDERS, Invocation, SourceAccount, buildTools
+from bench.report import Figure, RunResult, Setting, figures, markdownTable
 from imapmig.queue._pgfleetview import COUNTS, DAEMONS, HOLDERS
 from imapmig.queue._pgstatements import CLAIM, HEARTBEAT
 from bench.run import fleetSizes, makePlan, parseArguments, scaleSizes
@@ -69,6 +76,8 @@ from bench.scale import (
     userListConfig,
 )
 from bench.servers import VARIANTS, BenchServer, capabilitiesWithout, reusingSettings
+from bench.tlsrows import TLS_CLIENTS, tlsRatios, tlsTable
+from tests.support import freshUser, sharedDovecot
 
 SETTING = Setting("main", "tmpfs", 0.0, None, "realistic", "default")
 
@@ -1004,3 +1013,174 @@ class FleetFilesTests(SynchronousTestCase):
         self.patch(sys, "stderr", io.StringIO())
         for argv in (["--fleet-daemons", "2,3"], ["--fleet-rows", "scale"]):
             self.assertRaises(SystemExit, parseArguments, argv)
+
+
+def tlsFigure(client: str, tls: str, rate: float) -> Figure:
+    """
+    A figure of part C{tls}: C{client} at C{rate} messages per second over
+    C{tls}.
+    """
+    setting = Setting("tls", "tmpfs", 0.0, None, "realistic", "default", tls=tls)
+    return Figure(setting, client, 5000, 3, 0, 0.3, 5000 / rate, rate, 0.0, 60.0, None)
+
+
+class TLSPartTests(SynchronousTestCase):
+    """
+    The TLS part (C{--parts tls}, L{bench.tlsrows}): its plan, the clients'
+    command lines over TLS, and the ratios beside their plain-TCP values.
+    """
+
+    def test_plan(self) -> None:
+        """
+        The tls part is in the default list; it plans one job per mode of
+        C{--tls} (all three by default), each with imapmig with 1 and 2
+        connections, the raw writer with as many, imapmig IMAP to IMAP and
+        dsync; an unknown mode is refused.
+        """
+        self.assertIn("tls", parseArguments([]).parts)
+        plan = makePlan(parseArguments(["--parts", "tls", "--messages", "700"]))
+        self.assertEqual([j.setting.tls for j in plan], ["none", "implicit", "starttls"])
+        self.assertEqual({j.clients for j in plan}, {TLS_CLIENTS})
+        self.assertEqual({(j.setting.part, j.setting.store, j.messages) for j in plan},
+                         {("tls", "tmpfs", 700)})  # fmt: skip
+        narrowed = makePlan(parseArguments(["--parts", "tls", "--tls", "none,starttls"]))
+        self.assertEqual([j.setting.tls for j in narrowed], ["none", "starttls"])
+        with self.assertRaises(SystemExit):
+            parseArguments(["--tls", "ssl"])
+
+    def invocation(self, tls: str) -> Invocation:
+        runDir = self.mktemp()
+        os.makedirs(runDir)
+        source = SourceAccount("127.0.0.1", 1143, "src", "/d/dovecot.conf", tls=tls,
+                               tlsPort=1993, caPath="/s/ca.pem")  # fmt: skip
+        return Invocation("127.0.0.1", 143, "b00001", "/m", runDir, VARIANTS["default"],
+                          "/raw", source, tls=tls, tlsPort=993, caPath="/d/ca.pem")  # fmt: skip
+
+    def test_rawWriter(self) -> None:
+        """
+        Over implicit TLS the raw writer connects to the imaps port, over
+        STARTTLS to the plain one, each with C{--tls} and the CA; over
+        plain TCP it has no TLS option.
+        """
+        build = CONTENDERS["raw-multi50-2"].argv
+        implicit = build(self.invocation("implicit"))
+        self.assertEqual(implicit[implicit.index("--port") + 1], "993")
+        self.assertEqual(implicit[-5:-1], ["--tls", "implicit", "--ca", "/d/ca.pem"])
+        starttls = build(self.invocation("starttls"))
+        self.assertEqual(starttls[starttls.index("--port") + 1], "143")
+        self.assertEqual(starttls[-5:-1], ["--tls", "starttls", "--ca", "/d/ca.pem"])
+        self.assertNotIn("--tls", build(self.invocation("none")))
+
+    def servers(self, argv: list[str]) -> Any:
+        with open(argv[argv.index("--config") + 1]) as f:
+            return yaml.safe_load(f)["servers"]
+
+    def test_imapmig(self) -> None:
+        """
+        imapmig's configuration reaches the destination (and the source,
+        IMAP to IMAP) by a C{tls:} endpoint on the imaps port or by
+        STARTTLS, trusting each server's CA; plain TCP stays as it was.
+        """
+        implicit = self.servers(CONTENDERS["imapmig-s2s"].argv(self.invocation("implicit")))
+        self.assertEqual(implicit["bench"], {"endpoint": "tls:127.0.0.1:993",
+                                             "starttls": "off", "tls_ca": "/d/ca.pem"})
+        self.assertEqual(implicit["source"], {"endpoint": "tls:127.0.0.1:1993",
+                                              "starttls": "off", "tls_ca": "/s/ca.pem"})
+        starttls = self.servers(CONTENDERS["imapmig"].argv(self.invocation("starttls")))
+        self.assertEqual(starttls["bench"], {"endpoint": "tcp:127.0.0.1:143",
+                                             "starttls": "required", "tls_ca": "/d/ca.pem"})
+        plain = self.servers(CONTENDERS["imapmig-s2s"].argv(self.invocation("none")))
+        self.assertEqual(plain["source"], {"endpoint": "tcp:127.0.0.1:1143",
+                                           "starttls": "off", "allow_plaintext": True})
+
+    def test_dsync(self) -> None:
+        """
+        dsync reads the source through imapc with C{imapc_ssl} (imaps on
+        the imaps port, or starttls), verifying the source's CA.
+        """
+        implicit = CONTENDERS["dsync"].argv(self.invocation("implicit"))
+        for setting in ("imapc_ssl=imaps", "imapc_port=1993", "imapc_ssl_verify=yes",
+                        "ssl_client_ca_file=/s/ca.pem"):  # fmt: skip
+            self.assertIn(setting, implicit)
+        starttls = CONTENDERS["dsync"].argv(self.invocation("starttls"))
+        self.assertIn("imapc_ssl=starttls", starttls)
+        self.assertIn("imapc_port=1143", starttls)
+        self.assertIn("imapc_ssl=no", CONTENDERS["dsync"].argv(self.invocation("none")))
+
+    def test_ratios(self) -> None:
+        """
+        Each ratio (imapmig over its peer) is computed per mode and set
+        beside its plain-TCP value: a ratio more than 10% below it misses,
+        one within it (or above) meets.
+        """
+        rows = [
+            tlsFigure("imapmig-1", "none", 1000), tlsFigure("raw-multi50", "none", 1000),
+            tlsFigure("imapmig", "none", 900), tlsFigure("raw-multi50-2", "none", 1000),
+            tlsFigure("imapmig-1", "implicit", 950), tlsFigure("raw-multi50", "implicit", 1000),
+            tlsFigure("imapmig", "implicit", 700), tlsFigure("raw-multi50-2", "implicit", 1000),
+        ]  # fmt: skip
+        ratios = tlsRatios(rows)
+        self.assertAlmostEqual(ratios["none"]["2 connections: imapmig / raw"], 0.9)
+        self.assertAlmostEqual(ratios["implicit"]["1 connection: imapmig / raw"], 0.95)
+        self.assertNotIn("IMAP to IMAP: imapmig / dsync", ratios["none"])
+        table = tlsTable(rows)
+        self.assertIn("| imapmig, 1 connection | 1,000 | 950 |", table)
+        self.assertIn("1 connection: imapmig / raw over implicit TLS: 0.95 against 1.00 in "
+                      "plain TCP (-5%; target: at most 10% below): met", table)  # fmt: skip
+        self.assertIn("2 connections: imapmig / raw over implicit TLS: 0.70 against 0.90 in "
+                      "plain TCP (-22%; target: at most 10% below): **missed**", table)  # fmt: skip
+        self.assertNotIn("starttls", table)
+
+    def test_link(self) -> None:
+        """
+        A TLS setting names its mode in the table's link column.
+        """
+        self.assertEqual(tlsFigure("imapmig", "starttls", 1).setting.link(),
+                         "loopback, starttls TLS")  # fmt: skip
+        self.assertEqual(SETTING.link(), "loopback")
+
+
+class RawWriterTLSTests(SynchronousTestCase):
+    """
+    The raw writer C{bench/rawappend.c} over TLS against a private Dovecot.
+    """
+
+    def test_implicitAndStartTLS(self) -> None:
+        """
+        Built as the benchmark builds it (with OpenSSL), the raw writer
+        appends every message of a Maildir over implicit TLS (the imaps
+        port) and over STARTTLS, verifying the server's certificate against
+        its CA; a CA that did not sign it is refused.
+        """
+        instance = sharedDovecot()
+        workDir = self.mktemp()
+        rawBinary, _ = buildTools(workDir)
+        maildir = os.path.join(workDir, "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        for n in range(3):
+            with open(os.path.join(maildir, "cur", f"{n}.bench:2,S"), "wb") as f:
+                f.write(b"Subject: %d\n\n" % n + b"x" * (40_000 * n) + b"\n")
+        for tls, port in (("implicit", instance.tlsPort), ("starttls", instance.port)):
+            user = freshUser(instance)
+            argv = [rawBinary, "--host", "127.0.0.1", "--port", str(port), "--user", user.name,
+                    "--password", user.password, "--maildir", maildir, "--batch", "2",
+                    "--select", "--tls", tls, "--ca", instance.caCertificatePath]  # fmt: skip
+            done = subprocess.run(argv, capture_output=True, timeout=120)
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertEqual(json.loads(done.stdout)["ok"], 2)
+            imap = imaplib.IMAP4("127.0.0.1", instance.port)
+            imap.login(user.name, user.password)
+            self.assertEqual(imap.select("INBOX")[1], [b"3"])
+            imap.logout()
+        otherCA = os.path.join(workDir, "other.pem")
+        with open(otherCA, "w") as f:
+            f.write(ssl.get_server_certificate(("127.0.0.1", instance.tlsPort)))
+        user = freshUser(instance)
+        refused = subprocess.run(
+            [rawBinary, "--host", "localhost", "--port", str(instance.tlsPort), "--user",
+             user.name, "--password", user.password, "--maildir", maildir, "--tls",
+             "implicit", "--ca", otherCA], capture_output=True, timeout=120,
+        )  # fmt: skip
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn(b"TLS handshake failed", refused.stderr)

@@ -1,6 +1,7 @@
 """
 Tests for L{imapmig.imap.tls}: every way a TLS handshake fails ends in a
-clear error of imapmig's, naming the server, never an internal error.
+clear error of imapmig's, naming the server, never an internal error; a
+message body is written to OpenSSL in place.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, wrapClientTLS
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.ssl import optionsForClientTLS
+from twisted.internet.ssl import Certificate, PrivateCertificate, optionsForClientTLS
 from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
+from twisted.test.iosim import connectedServerAndClient
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.config import parseConfig
@@ -40,6 +42,7 @@ from imapmig.imap.tls import (
     describeTLSError,
     handshakeFailure,
     watched,
+    writeUnjoined,
 )
 from imapmig.progress import JobState
 from imapmig.daemon.service import buildService
@@ -50,6 +53,7 @@ from imapmig.testing.hostile import (
     HostileIMAPServer,
     Send,
 )
+from imapmig.testing.privateserver import writeTestCertificates
 from tests.support import newDirectory, writePasswordFile
 
 # A TLS alert record, fatal, handshake_failure: a server that speaks TLS
@@ -504,3 +508,86 @@ class JobTLSFailureTests(TestCase):
         )
         self.assertEqual(self.flushLoggedErrors(), [])
         self.assertEqual(len(listening.servers), 1)
+
+
+class _Received(Protocol):
+    """
+    Keeps what arrives.
+    """
+
+    def __init__(self) -> None:
+        self.received = b""
+
+    def dataReceived(self, data: bytes) -> None:
+        self.received += data
+
+
+class UnjoinedWriteTests(SynchronousTestCase):
+    """
+    L{writeUnjoined}: the connections L{WatchedClientTLS} makes hand a
+    message body to OpenSSL in place, in order, the bytes unchanged.
+    """
+
+    def _connected(self) -> tuple[TLSMemoryBIOProtocol, _Received, Any, Clock]:
+        """
+        A client TLS transport with watched options and a TLS server, in
+        memory, handshake done; the server's protocol keeps what arrives.
+        """
+        tlsDir = os.path.abspath(self.mktemp())
+        writeTestCertificates(tlsDir)
+        with open(os.path.join(tlsDir, "server.pem")) as f, \
+                open(os.path.join(tlsDir, "server.key")) as k:
+            serverCertificate = PrivateCertificate.loadPEM(f.read() + k.read())
+        with open(os.path.join(tlsDir, "ca.pem"), "rb") as f:
+            trust = Certificate.loadPEM(f.read())
+        clock = Clock()
+        received = _Received()
+        clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
+        clientFactory = TLSMemoryBIOFactory(clientOptions, True, _OneProtocolFactory(Protocol()),
+                                            clock=clock)  # fmt: skip
+        serverFactory = TLSMemoryBIOFactory(serverCertificate.options(), False,
+                                            _OneProtocolFactory(received), clock=clock)  # fmt: skip
+        address = IPv4Address("TCP", "127.0.0.1", 993)
+        client, server, pump = connectedServerAndClient(
+            lambda: serverFactory.buildProtocol(address),
+            lambda: clientFactory.buildProtocol(address),
+        )
+        pump.flush()
+        return client, received, pump, clock
+
+    def test_bodyInPlace(self) -> None:
+        """
+        A C{writeSequence} holding a body of 16 KiB or more reaches OpenSSL
+        with the body as C{memoryview}s of the piece itself (no join, no
+        slice copied), after what was written before it; the server reads
+        every octet in order.
+        """
+        client, received, pump, clock = self._connected()
+        sent: list[object] = []
+        connection = client._tlsConnection
+        send = connection.send
+
+        def recordingSend(data: Any, flags: int = 0) -> int:
+            sent.append(data)
+            return send(data, flags)
+
+        connection.send = recordingSend  # type: ignore[method-assign,assignment]
+        body = bytes(range(256)) * 200  # 51,200 octets: four records
+        client.write(b"A0 NOOP\r\n")
+        client.writeSequence([b"A1 APPEND INBOX {51200+}\r\n", body, b"\r\n"])
+        client.writeSequence([b"A2 NOOP", b"\r\n"])
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(received.received, b"A0 NOOP\r\nA1 APPEND INBOX {51200+}\r\n" + body
+                         + b"\r\nA2 NOOP\r\n")  # fmt: skip
+        views = [d for d in sent if isinstance(d, memoryview)]
+        self.assertEqual(len(views), 4)
+        self.assertTrue(all(view.obj is body for view in views))
+
+    def test_otherTransportsUntouched(self) -> None:
+        """
+        Anything but Twisted's TLS transport keeps its own C{writeSequence}.
+        """
+        transport = StringTransport()
+        writeUnjoined(transport)
+        self.assertNotIn("writeSequence", vars(transport))

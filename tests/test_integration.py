@@ -1011,14 +1011,20 @@ class EmlSourceTests(TestCase):
 
 class LargeMessageTests(TestCase):
     """
-    Messages above the large-file threshold are streamed from their files.
+    Messages above the large-file threshold are streamed from their files;
+    over TLS, bodies of a record or more are handed to OpenSSL in place
+    (L{imapmig.imap.tls.writeUnjoined}); every octet arrives as it was.
     """
 
-    async def test_streamedBytesIdentical(self) -> None:
+    async def _migrateIdentical(
+        self, server: Callable[[DovecotInstance], dict[str, object]]
+    ) -> None:
         """
         Two 6 MB messages (bare LF, and mixed line endings with a CR at
-        what falls on slice boundaries) and a small one, in one MULTIAPPEND
-        batch, arrive with exactly the octets of L{toCRLF} of their files.
+        what falls on slice boundaries), one of 40 KB, one of exactly a TLS
+        record's 16,384 octets and a small one, in one MULTIAPPEND batch,
+        to the server entry C{server} gives for the shared Dovecot, arrive
+        with exactly the octets of L{toCRLF} of their files.
         """
         requireDovecot(self)
         instance = sharedDovecot()
@@ -1034,21 +1040,41 @@ class LargeMessageTests(TestCase):
             + (b"x" * 62 + b"\r\n" + b"y" * 61 + b"\r") * 48_000
             + b"end\n",
             "1700000003.small.host:2,": header + b"small\n",
+            "1700000004.mid.host:2,": header + bytes(range(1, 256)).replace(b"\n", b"") * 160,
+            "1700000005.record.host:2,": header + b"r" * (16_384 - len(header)),
         }
         for name, content in bodies.items():
             with open(os.path.join(maildir, "cur", name), "wb") as f:
                 f.write(content)
-        config = _config(self, user, {"maildir": maildir}, _plainServer(instance))
+        config = _config(self, user, {"maildir": maildir}, server(instance))
 
         completed, progress = await _runService(config)
 
         self.assertTrue(completed, progress.error)
-        self.assertEqual((progress.messagesDone, progress.messagesFailed), (3, 0))
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (5, 0))
         fetched = instance.fetchAll(user.name)["INBOX"]
         self.assertEqual(
-            [hashlib.sha256(m.body).hexdigest() for m in fetched],
-            [hashlib.sha256(toCRLF(b)).hexdigest() for b in bodies.values()],
+            sorted(hashlib.sha256(m.body).hexdigest() for m in fetched),
+            sorted(hashlib.sha256(toCRLF(b)).hexdigest() for b in bodies.values()),
         )
+
+    async def test_streamedBytesIdentical(self) -> None:
+        """
+        Over plain TCP, every octet arrives as the file holds it.
+        """
+        await self._migrateIdentical(_plainServer)
+
+    async def test_implicitTLSBytesIdentical(self) -> None:
+        """
+        Over implicit TLS, every octet arrives as the file holds it.
+        """
+        await self._migrateIdentical(_implicitTLSServer)
+
+    async def test_starttlsBytesIdentical(self) -> None:
+        """
+        After STARTTLS, every octet arrives as the file holds it.
+        """
+        await self._migrateIdentical(_starttlsServer)
 
 
 class _ConnectionCounter(Protocol):

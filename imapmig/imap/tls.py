@@ -18,6 +18,12 @@ the first octets the server sent during the handshake, and keeps the
 transport's own reason (closed or reset) for an end with no TLS answer.
 L{handshakeFailure} maps what ended the connection during a handshake to
 L{imapmig.errors}.
+
+L{writeUnjoined} is the TLS write path's one change: Twisted's TLS
+transport joins a C{writeSequence} into one string (a copy of every
+message body it holds) and then slices it into 16 KiB records (a second
+copy); the connections L{WatchedClientTLS} makes hand a body of a record or
+more to OpenSSL as a C{memoryview}, read in place.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from OpenSSL import SSL
 from service_identity import VerificationError
 from twisted.internet import error as netError
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.protocols.tls import TLSMemoryBIOProtocol
 from zope.interface import implementer
 
 from imapmig.errors import ImapmigError, NotTLS, TLSFailed, TLSInterrupted, escapedExcerpt
@@ -39,7 +46,14 @@ __all__ = [
     "describeTLSError",
     "handshakeFailure",
     "watched",
+    "writeUnjoined",
 ]
+
+RECORD_PAYLOAD = 2**14
+"""
+The most plaintext one TLS record holds, which Twisted's TLS transport hands
+OpenSSL at a time: a piece at least this long is written unjoined.
+"""
 
 HEAD_OCTETS = 81
 """
@@ -135,7 +149,53 @@ class WatchedClientTLS:
         # lose its behaviour, so it is left unwatched.
         if type(connection) is SSL.Connection:
             connection.__class__ = WatchedConnection
+        writeUnjoined(tlsProtocol)
         return connection
+
+
+def writeUnjoined(tlsProtocol: object) -> None:
+    """
+    Give Twisted's TLS transport C{tlsProtocol} a C{writeSequence} that
+    does not copy large pieces: a sequence holding a piece of
+    L{RECORD_PAYLOAD} octets or more (a message body) is written in order,
+    each such piece as a C{memoryview} that the transport cuts into records
+    without copying and OpenSSL encrypts in place, the short pieces between
+    them (command lines, the CRLF) joined; a sequence of short pieces only
+    goes the transport's own way (joined, then gathered with the writes of
+    the same reactor turn).  Anything but a L{TLSMemoryBIOProtocol} is left
+    alone.
+
+    The transport's small-write aggregator (Twisted's
+    C{BufferingTLSTransport}) is flushed first, so that what was written
+    before stays before.
+    """
+    if not isinstance(tlsProtocol, TLSMemoryBIOProtocol):
+        return
+    protocol = tlsProtocol
+    joined: Any = protocol.writeSequence
+    write: Any = TLSMemoryBIOProtocol.write
+
+    def writeSequence(pieces: Any) -> None:
+        pieces = list(pieces)
+        if all(len(piece) < RECORD_PAYLOAD for piece in pieces):
+            joined(pieces)
+            return
+        aggregator = getattr(protocol, "_aggregator", None)
+        if aggregator is not None:
+            aggregator.flush()
+        short: list[Any] = []
+        for piece in pieces:
+            if len(piece) < RECORD_PAYLOAD:
+                short.append(piece)
+                continue
+            if short:
+                write(protocol, b"".join(short))
+                short = []
+            write(protocol, memoryview(piece))
+        if short:
+            write(protocol, b"".join(short))
+
+    protocol.writeSequence = writeSequence  # type: ignore[method-assign]
 
 
 def watched(options: object) -> object:
