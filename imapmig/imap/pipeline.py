@@ -21,7 +21,9 @@ How it is fast:
     synchronizing literal in the same write.
   - Every write is one C{writeSequence} of whole commands (command line,
     literal and CRLF together, gathered up to about L{WRITE_GATHER}
-    octets), so no small trailing segment waits on an ACK.
+    octets), so no small trailing segment waits on an ACK; on plain TCP
+    it is one C{sendmsg} of the pieces themselves, unjoined
+    (L{imapmig.imap.gather}).
   - A window bounded by messages and octets in flight, and backpressure
     from the transport (the pipeline is its push producer), so memory stays
     bounded whatever the source size.
@@ -66,6 +68,7 @@ from zope.interface import implementer
 from imapmig.errors import ConnectionDropped, ConnectionLost, LeaseLost
 from imapmig.imap.appenduid import parseAppendUID
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.gather import writerFor
 from imapmig.imap.mailboxname import decodeMailboxName, encodeMailboxName
 from imapmig.imap.outgoing import (
     LITERAL_MINUS_LIMIT,
@@ -250,6 +253,7 @@ class AppendPipeline:
         self._syncAbove = _SYNC_ABOVE[settings.literalMode]
         client.pipeline = self
         client.connection.registerProducer(self, True)
+        self._writer = writerFor(client.connection)
         if telemetry is not None:
             self._seconds = telemetry.seconds
             self._latency = telemetry.appendLatency
@@ -404,7 +408,7 @@ class AppendPipeline:
             if deadline is not None and deadline.passed():
                 self._deadlinePassed()
                 return
-            self._client.connection.writeSequence(out)
+            self._writer.writeSequence(out)
         # Each condition is computed only where some wait: this runs after
         # every write and every reply.
         if self._hungry.waiting and self._pending.hungry:
@@ -481,7 +485,7 @@ class AppendPipeline:
         if deadline is not None and deadline.passed():
             self._deadlinePassed()
         else:
-            self._client.connection.writeSequence(out)
+            self._writer.writeSequence(out)
         out.clear()
 
     def _deadlinePassed(self) -> None:
