@@ -210,3 +210,52 @@ class _NoOutcomes:
 
     def messageRefused(self, *args: object) -> None:
         pass
+
+
+class ViewTests(SynchronousTestCase):
+    """
+    A large body's slices travel as views of it, copied only for a
+    transport that must hold them.
+    """
+
+    def test_slicesAreViews(self) -> None:
+        """
+        L{imapmig.imap.pipeline._memorySlices} gives views of the body
+        itself, not copies.
+        """
+        from imapmig.imap.pipeline import STREAM_SLICE, _memorySlices
+
+        body = b"x" * (STREAM_SLICE * 2 + 5)
+        slices = list(_memorySlices(body))
+        self.assertEqual([len(s) for s in slices], [STREAM_SLICE, STREAM_SLICE, 5])
+        for piece in slices:
+            self.assertIsInstance(piece, memoryview)
+            assert isinstance(piece, memoryview)
+            self.assertIs(piece.obj, body)
+
+    def test_viewsToSocket(self) -> None:
+        """
+        Views go to the socket as they are.
+        """
+        transport, peer = _connection(self)
+        writer = writerFor(transport)
+        assert isinstance(writer, GatherWriter)
+        body = b"0123456789"
+        writer.writeSequence([b"{10+}\r\n", memoryview(body)[:4], memoryview(body)[4:], b"\r\n"])
+        self.assertEqual(_readAll(peer), b"{10+}\r\n0123456789\r\n")
+
+    def test_viewsCopiedForTransport(self) -> None:
+        """
+        A transport that holds what it is given (it takes bytes only) gets
+        views as bytes: through a L{TransportWriter}, and behind octets a
+        plain TCP transport has not sent yet.
+        """
+        stringTransport = StringTransport()
+        writerFor(stringTransport).writeSequence([b"a", memoryview(b"bcd")[1:]])
+        self.assertEqual(stringTransport.value(), b"acd")
+        transport, _ = _connection(self)
+        writer = writerFor(transport)
+        transport.write(b"earlier")
+        writer.writeSequence([memoryview(b"later")])
+        self.assertEqual(transport._tempDataBuffer, [b"earlier", b"later"])
+        self.assertEqual([type(p) for p in transport._tempDataBuffer], [bytes, bytes])

@@ -31,7 +31,14 @@ from typing import Any, Sequence
 
 from twisted.internet import tcp
 
-__all__ = ["GatherWriter", "TransportWriter", "writerFor"]
+__all__ = ["GatherWriter", "Piece", "TransportWriter", "writerFor"]
+
+Piece = bytes | memoryview
+"""
+A piece of what the pipeline writes: bytes, or a view of a large body's
+slice (given to C{sendmsg} as it is; a copy only where a transport must
+hold it).
+"""
 
 # The most buffers one sendmsg takes (Linux UIO_MAXIOV).
 _IOV_MAX: int = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -57,7 +64,7 @@ class GatherWriter:
         self._socket = sock
         self.direct = 0
 
-    def writeSequence(self, pieces: Sequence[bytes]) -> None:
+    def writeSequence(self, pieces: Sequence[Piece]) -> None:
         """
         Write C{pieces}, in order, as the transport's C{writeSequence}
         would.
@@ -71,7 +78,7 @@ class GatherWriter:
             or transport._writeDisconnected
             or transport.TLS
         ):
-            transport.writeSequence(pieces)
+            transport.writeSequence(_asBytes(pieces))
             return
         sent = 0
         total = 0
@@ -94,17 +101,23 @@ class GatherWriter:
             transport.writeSequence(_unsent(pieces, sent))
 
 
-def _unsent(pieces: Sequence[bytes], sent: int) -> list[bytes]:
+def _asBytes(pieces: Sequence[Piece]) -> list[bytes]:
     """
-    What is left of C{pieces} after their first C{sent} octets (the piece
-    cut in two is copied from where it was cut: transports take bytes).
+    C{pieces} as bytes, for a transport (which holds them): views copied.
+    """
+    return [piece if type(piece) is bytes else bytes(piece) for piece in pieces]
+
+
+def _unsent(pieces: Sequence[Piece], sent: int) -> list[bytes]:
+    """
+    What is left of C{pieces} after their first C{sent} octets, as bytes
+    for the transport (the piece cut in two copied from where it was cut).
     """
     for index, piece in enumerate(pieces):
         if sent < len(piece):
-            first = piece if sent == 0 else memoryview(piece)[sent:].tobytes()
-            rest = [first]
+            rest = [memoryview(piece)[sent:].tobytes() if sent else piece]
             rest.extend(pieces[index + 1 :])
-            return rest
+            return _asBytes(rest)
         sent -= len(piece)
     return []
 
@@ -120,11 +133,12 @@ class TransportWriter:
     def __init__(self, transport: Any) -> None:
         self._transport = transport
 
-    def writeSequence(self, pieces: Sequence[bytes]) -> None:
+    def writeSequence(self, pieces: Sequence[Piece]) -> None:
         """
-        Write C{pieces}, in order, with the transport's C{writeSequence}.
+        Write C{pieces}, in order, with the transport's C{writeSequence}
+        (views copied: transports take bytes).
         """
-        self._transport.writeSequence(pieces)
+        self._transport.writeSequence(_asBytes(pieces))
 
 
 def writerFor(transport: Any) -> GatherWriter | TransportWriter:
