@@ -1076,6 +1076,40 @@ class LargeMessageTests(TestCase):
         """
         await self._migrateIdentical(_starttlsServer)
 
+    async def test_inMemoryLargeBytesIdentical(self) -> None:
+        """
+        Messages between the stream threshold of the pipeline and the
+        large-file threshold (held in memory, written in views of slices
+        straight to the socket) arrive with exactly the octets of
+        L{toCRLF} of their files, beside small ones in the same batch.
+        """
+        requireDovecot(self)
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        maildir = os.path.join(_directory(self), "Maildir")
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(maildir, sub))
+        header = b"From: a@example.com\nSubject: mid\n\n"
+        bodies = {
+            "1700000001.mid1.host:2,S": header + (b"B" * 75 + b"\n") * 30_000,
+            "1700000002.small.host:2,": header + b"small\n",
+            "1700000003.mid2.host:2,": header + bytes(range(1, 256)) * 9_000 + b"\n",
+        }
+        for name, content in bodies.items():
+            with open(os.path.join(maildir, "cur", name), "wb") as f:
+                f.write(content)
+        config = _config(self, user, {"maildir": maildir}, _plainServer(instance))
+
+        completed, progress = await _runService(config)
+
+        self.assertTrue(completed, progress.error)
+        self.assertEqual((progress.messagesDone, progress.messagesFailed), (3, 0))
+        fetched = instance.fetchAll(user.name)["INBOX"]
+        self.assertEqual(
+            [hashlib.sha256(m.body).hexdigest() for m in fetched],
+            [hashlib.sha256(toCRLF(b)).hexdigest() for b in bodies.values()],
+        )
+
 
 class _ConnectionCounter(Protocol):
     """

@@ -15,6 +15,7 @@ from typing import Any
 
 from twisted.trial.unittest import TestCase
 
+from imapmig.imap.gather import Piece
 from imapmig.imap.outgoing import LiteralMode
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.testing.corpus import writeMaildir
@@ -47,7 +48,7 @@ class _InFlightWatch:
         original = AppendPipeline._writeLiterals
 
         def writeLiterals(
-            pipeline: AppendPipeline, command: Any, start: int, out: list[bytes]
+            pipeline: AppendPipeline, command: Any, start: int, out: list[Piece]
         ) -> None:
             original(pipeline, command, start, out)
             if pipeline._blocked is command:

@@ -21,7 +21,9 @@ How it is fast:
     synchronizing literal in the same write.
   - Every write is one C{writeSequence} of whole commands (command line,
     literal and CRLF together, gathered up to about L{WRITE_GATHER}
-    octets), so no small trailing segment waits on an ACK.
+    octets), so no small trailing segment waits on an ACK; on plain TCP
+    it is one C{sendmsg} of the pieces themselves, unjoined
+    (L{imapmig.imap.gather}).
   - A window bounded by messages and octets in flight, and backpressure
     from the transport (the pipeline is its push producer), so memory stays
     bounded whatever the source size.
@@ -66,6 +68,7 @@ from zope.interface import implementer
 from imapmig.errors import ConnectionDropped, ConnectionLost, LeaseLost
 from imapmig.imap.appenduid import parseAppendUID
 from imapmig.imap.client import MigrationIMAP4Client, describeConnectionLoss
+from imapmig.imap.gather import Piece, writerFor
 from imapmig.imap.mailboxname import decodeMailboxName, encodeMailboxName
 from imapmig.imap.outgoing import (
     LITERAL_MINUS_LIMIT,
@@ -115,14 +118,15 @@ class _AppendCommand:
         self.sentAt: float | None = None
 
 
-def _memorySlices(body: bytes | bytearray) -> Iterator[bytes]:
+def _memorySlices(body: bytes | bytearray) -> Iterator[Piece]:
     """
-    A body held in memory, in slices of L{STREAM_SLICE} octets (transports
-    take bytes only: one slice-sized copy each).
+    A body held in memory, in views of L{STREAM_SLICE} octets, uncopied
+    (L{imapmig.imap.gather} copies a view only for a transport that must
+    hold it).
     """
     view = memoryview(body)
     for start in range(0, len(body), STREAM_SLICE):
-        yield bytes(view[start : start + STREAM_SLICE])
+        yield view[start : start + STREAM_SLICE]
 
 
 class _LiteralStream:
@@ -140,7 +144,7 @@ class _LiteralStream:
     def __init__(self, command: _AppendCommand, index: int) -> None:
         self.command = command
         self.index = index
-        self.ahead: bytes | None = None
+        self.ahead: Piece | None = None
         body = command.messages[index].body
         self.slices = (
             body.slices(STREAM_SLICE) if isinstance(body, StreamedBody) else _memorySlices(body)
@@ -250,6 +254,7 @@ class AppendPipeline:
         self._syncAbove = _SYNC_ABOVE[settings.literalMode]
         client.pipeline = self
         client.connection.registerProducer(self, True)
+        self._writer = writerFor(client.connection)
         if telemetry is not None:
             self._seconds = telemetry.seconds
             self._latency = telemetry.appendLatency
@@ -377,7 +382,7 @@ class AppendPipeline:
 
     # Sending.
 
-    def _pump(self, out: list[bytes]) -> None:
+    def _pump(self, out: list[Piece]) -> None:
         """
         Send as many commands as allowed, as one write.
 
@@ -404,7 +409,7 @@ class AppendPipeline:
             if deadline is not None and deadline.passed():
                 self._deadlinePassed()
                 return
-            self._client.connection.writeSequence(out)
+            self._writer.writeSequence(out)
         # Each condition is computed only where some wait: this runs after
         # every write and every reply.
         if self._hungry.waiting and self._pending.hungry:
@@ -412,7 +417,7 @@ class AppendPipeline:
         if self._flushed.waiting and self._isFlushed():
             self._flushed.fire()
 
-    def _writeCommand(self, batch: list[OutgoingMessage], size: int, out: list[bytes]) -> int:
+    def _writeCommand(self, batch: list[OutgoingMessage], size: int, out: list[Piece]) -> int:
         """
         Append to C{out} a new APPEND command of C{batch} (of C{size}
         octets), now in flight, as far as L{_writeLiterals} goes.
@@ -427,7 +432,7 @@ class AppendPipeline:
         self._writeLiterals(command, 0, out)
         return size
 
-    def _writeSlice(self, stream: _LiteralStream, out: list[bytes]) -> None:
+    def _writeSlice(self, stream: _LiteralStream, out: list[Piece]) -> None:
         """
         Write the next slice of a large literal (after what C{out} holds);
         after the last slice, append the rest of its command to C{out}.
@@ -452,7 +457,7 @@ class AppendPipeline:
             return
         self._write(out)
 
-    def _abandonLiteral(self, stream: _LiteralStream, out: list[bytes], reason: str) -> None:
+    def _abandonLiteral(self, stream: _LiteralStream, out: list[Piece], reason: str) -> None:
         """
         Give up a literal half sent: refuse its message, write what is due
         and abort the connection.
@@ -473,7 +478,7 @@ class AppendPipeline:
         self._paused = True
         self._client.connection.abortConnection()
 
-    def _write(self, out: list[bytes]) -> None:
+    def _write(self, out: list[Piece]) -> None:
         """
         Write C{out} and empty it, unless the send deadline has passed.
         """
@@ -481,7 +486,7 @@ class AppendPipeline:
         if deadline is not None and deadline.passed():
             self._deadlinePassed()
         else:
-            self._client.connection.writeSequence(out)
+            self._writer.writeSequence(out)
         out.clear()
 
     def _deadlinePassed(self) -> None:
@@ -499,7 +504,7 @@ class AppendPipeline:
         self._fail(LeaseLost("the send deadline passed before a write"))
         self._client.connection.abortConnection()
 
-    def _writeLiterals(self, command: _AppendCommand, start: int, out: list[bytes]) -> None:
+    def _writeLiterals(self, command: _AppendCommand, start: int, out: list[Piece]) -> None:
         """
         Append to C{out} the part of C{command} from message C{start} on, up
         to its end, to the first synchronizing literal, or to the first
@@ -525,7 +530,7 @@ class AppendPipeline:
             if size > STREAM_THRESHOLD or isinstance(body, StreamedBody):
                 self._stream = _LiteralStream(command, index)
                 return
-            out.append(body if type(body) is bytes else bytes(body))
+            out.append(body if type(body) is bytes else memoryview(body))
         out.append(b"\r\n")
         # Written now: out goes to the transport before the reactor runs.
         seconds = self._seconds
@@ -554,7 +559,7 @@ class AppendPipeline:
             self._stream = _LiteralStream(command, index)
             self._pump([])
             return
-        out = [body if type(body) is bytes else bytes(body)]
+        out: list[Piece] = [body if type(body) is bytes else memoryview(body)]
         self._writeLiterals(command, index + 1, out)
         self._pump(out)
 
