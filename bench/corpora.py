@@ -227,7 +227,8 @@ def powerLawSizes(count: int, folders: int, exponent: float = 1.0) -> list[int]:
     weights = [1 / (rank**exponent) for rank in range(1, folders + 1)]
     total = sum(weights)
     floor = 1 if count >= folders else 0
-    sizes = [max(floor, int(count * w / total)) for w in weights]
+    rest = count - floor * folders
+    sizes = [floor + int(rest * w / total) for w in weights]
     sizes[0] += count - sum(sizes)
     return sizes
 
