@@ -246,8 +246,11 @@ def verdicts(rows: list[BigRow]) -> list[str]:
     lines = []
     for row in rows:
         smallest = min((r for r in rows if r.layout == row.layout), key=lambda r: r.messages)
-        ratio = row.cpuPerMessageUs / smallest.cpuPerMessageUs
+        reference = smallest.cpuPerMessageUs
+        ratio = row.cpuPerMessageUs / reference if reference > 0 else float("nan")
         checks = [
+            # A reference at or under 0 (the start-up's CPU moved more than
+            # the small run's work) cannot judge anything: nan, MISSED.
             (f"CPU per message {ratio:.2f}x the {smallest.messages:,}-message figure",
              ratio <= CPU_RATIO_TARGET),
             (f"peak RSS {row.imapmig.maxRssMiB:.0f} MB", row.imapmig.maxRssMiB < RSS_TARGET_MB),

@@ -92,6 +92,15 @@ class BigRowTests(SynchronousTestCase):
         self.assertIn("delta pass 6.00 s: MISSED", lines[3])
         self.assertEqual(len(table(rows).splitlines()), 6)
 
+    def test_noReference(self) -> None:
+        """
+        A smallest row whose CPU net of start-up is 0 or less (the
+        start-up's CPU moved more than its work) judges nothing: the
+        target is reported missed, not met by a negative ratio.
+        """
+        lines = verdicts([_row("spread", 5_000, 0.4), _row("spread", 500_000, 17.0)])
+        self.assertIn("CPU per message nanx the 5,000-message figure: MISSED", lines[1])
+
     def test_options(self) -> None:
         """
         The sizes and layouts are options; the defaults are 5,000 and
