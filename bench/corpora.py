@@ -18,7 +18,7 @@ import shutil
 from attrs import frozen
 
 from bench.clients.maildir import folders, messages
-from imapmig.testing.corpus import writeMaildir
+from imapmig.testing.corpus import maildirFolderName, makeMaildirFolders, writeMaildir
 
 # Bumped when what a corpus directory holds changes, so old ones are rebuilt.
 _LAYOUT = 1
@@ -200,3 +200,60 @@ def memoryCorpus(workDir: str, count: int = 50_000, seed: int = 1) -> BuiltCorpu
         f.write(head + attachment + b"--big--\n")
     os.utime(bigPath, (timestamp, timestamp))
     return _record(directory, "memory")
+
+
+# The folders of the spread big account (issue 31, point 4), largest first:
+# their sizes fall as a power law of their rank (L{powerLawSizes}), as a real
+# mailbox's do: an INBOX and an archive or two hold most of the mail, a long
+# tail of folders little.
+BIG_FOLDERS: tuple[tuple[str, ...], ...] = (
+    ("INBOX",), ("Archive",), ("Sent",), ("Archive", "2023"), ("Archive", "2022"),
+    ("Lists", "twisted"), ("Lists", "python-dev"), ("Archive", "2021"), ("Projects",),
+    ("Receipts",), ("Lists", "dovecot"), ("Travel",), ("Family",), ("Drafts",),
+    ("Projects", "imapmig"), ("Newsletters",), ("Archive", "2020"), ("Junk",),
+    ("Work",), ("Trash",),
+)  # fmt: skip
+
+
+def powerLawSizes(count: int, folders: int, exponent: float = 1.0) -> list[int]:
+    """
+    Share C{count} messages among C{folders} folders, the one of rank M{r}
+    (from 1) holding a share proportional to M{1 / r ** exponent}, each at
+    least one message when there are enough; the rounding's remainder goes
+    to the first.
+
+    @return: the sizes, largest first, summing to C{count}.
+    """
+    weights = [1 / (rank**exponent) for rank in range(1, folders + 1)]
+    total = sum(weights)
+    floor = 1 if count >= folders else 0
+    rest = count - floor * folders
+    sizes = [floor + int(rest * w / total) for w in weights]
+    sizes[0] += count - sum(sizes)
+    return sizes
+
+
+def bigAccountCorpus(workDir: str, count: int, layout: str) -> BuiltCorpus:
+    """
+    The big account's Maildir of C{count} small messages, written on first
+    use and kept: C{layout} C{"spread"} over L{BIG_FOLDERS} by
+    L{powerLawSizes}, or C{"one"}, every message in INBOX.  Each folder is
+    written by L{writeMaildir} with a seed of its own (its messages'
+    Message-IDs carry the seed, so no two folders share one).
+
+    @param workDir: the benchmark's work directory.
+    @param count: how many messages.
+    @param layout: C{"spread"} or C{"one"}.
+    """
+    directory = os.path.join(workDir, "corpus", f"big-{layout}-{count}")
+    cached = _cached(directory, "small")
+    if cached is not None:
+        return cached
+    shutil.rmtree(directory, ignore_errors=True)
+    root = os.path.join(directory, "Maildir")
+    chosen = BIG_FOLDERS if layout == "spread" else BIG_FOLDERS[:1]
+    for rank, (folder, size) in enumerate(zip(chosen, powerLawSizes(count, len(chosen)))):
+        makeMaildirFolders(root, [folder])
+        path = root if folder == ("INBOX",) else os.path.join(root, maildirFolderName(folder))
+        writeMaildir(path, size, seed=101 + rank, folders=(("INBOX",),), profile="small")
+    return _record(directory, "small")

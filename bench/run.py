@@ -165,6 +165,16 @@ Options:
                     messages, each timed; writes delta.md
   --delta-messages N
                     messages of the delta check (default 100000)
+  --bigaccount      the big-account rows instead (bench/bigaccount.py,
+                    issue 31 point 4): imapmig, its delta pass and the raw
+                    client on one account of each size; writes
+                    bigaccount.md
+  --bigaccount-sizes LIST
+                    its sizes, comma-separated (default 5000,500000; the
+                    smallest is the reference of the targets)
+  --bigaccount-layouts LIST
+                    spread (twenty folders, power-law sizes), one (INBOX
+                    only), comma-separated (default spread,one)
   --results DIR     where to write (default bench/results; with --quick
                     bench/work/quick-results, so a smoke run leaves the
                     real table alone)
@@ -741,6 +751,9 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--memory-messages", type=int, default=50_000)
     parser.add_argument("--delta", action="store_true")
     parser.add_argument("--delta-messages", type=int, default=100_000)
+    parser.add_argument("--bigaccount", action="store_true")
+    parser.add_argument("--bigaccount-sizes", type=_split, default=["5000", "500000"])
+    parser.add_argument("--bigaccount-layouts", type=_split, default=["spread", "one"])
     parser.add_argument("--results", default=None)
     parser.add_argument("--workdir", default=os.path.join(BENCH_DIR, "work"))
     parser.add_argument("--timeout", type=float, default=900.0)
@@ -1351,6 +1364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from bench.delta import deltaCheck
 
         return deltaCheck(bench.workDir, bench.resultsDir, args.delta_messages, toolVersions())
+    if args.bigaccount:
+        from bench.bigaccount import bigAccountCheck
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, cwd=REPOSITORY).stdout.strip()  # fmt: skip
+        return bigAccountCheck(bench.workDir, bench.resultsDir,
+                               [int(n) for n in args.bigaccount_sizes],
+                               args.bigaccount_layouts, commit)  # fmt: skip
     plan = makePlan(args)
     print(f"== Plan: {len(plan)} settings, {args.runs} run(s) each", flush=True)
     for job in plan:

