@@ -46,6 +46,8 @@ from attrs import frozen
 from bench.clients.maildir import folders as maildirFolders
 from bench.contenders import REPOSITORY, buildTools, imapmigArgv
 from bench.corpora import BuiltCorpus, bigAccountCorpus, emptyCorpus
+from bench.delta import singleJobConfig
+from bench.scale import countAccount
 from bench.servers import PASSWORD, BenchServer
 
 CPU_RATIO_TARGET = 1.10
@@ -116,43 +118,7 @@ def imapmigConfig(runDir: str, port: int, maildir: str, account: str) -> str:
     An imapmig configuration: C{maildir} into C{account} over plain TCP,
     the state database in C{runDir}, no status listener.
     """
-    passwordFile = os.path.join(runDir, "password")
-    with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-        f.write(PASSWORD + "\n")
-    path = os.path.join(runDir, "imapmig.yaml")
-    with open(path, "w") as f:
-        f.write(
-            f"state: {os.path.join(runDir, 'state.sqlite')}\n"
-            "status: off\n"
-            "servers:\n"
-            f'  bench: {{endpoint: "tcp:127.0.0.1:{port}", starttls: "off"}}\n'
-            "jobs:\n"
-            "  - name: big\n"
-            f"    source: {{maildir: {maildir}}}\n"
-            f"    destination: {{server: bench, user: {account},"
-            f" password_file: {passwordFile}}}\n"
-        )
-    return path
-
-
-def countAccount(port: int, account: str) -> int:
-    """
-    How many messages every selectable mailbox of C{account} holds.
-    """
-    client = imaplib.IMAP4("127.0.0.1", port)
-    client.login(account, PASSWORD)
-    total = 0
-    _, rows = client.list()
-    for row in rows:
-        assert isinstance(row, bytes)
-        if b"\\Noselect" in row:
-            continue
-        name = row.rsplit(b" ", 1)[-1].strip(b'"').decode("ascii")
-        _, data = client.status(f'"{name}"', "(MESSAGES)")
-        assert isinstance(data[0], bytes)
-        total += int(data[0].rsplit(b" ", 1)[-1].rstrip(b")"))
-    client.logout()
-    return total
+    return singleJobConfig(runDir, port, "big", f"{{{{maildir: {maildir}}}}}", account)
 
 
 def runRaw(rawBinary: str, port: int, account: str, corpus: BuiltCorpus, runDir: str) -> Measured:
@@ -209,7 +175,7 @@ def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
         load = loadAverage()
         print(f"== big account {layout} {count:,}: imapmig (load {load})", flush=True)
         first = measure(argv, log)
-        stored = countAccount(server.port, account)
+        stored = countAccount(server, account)
         print(f"   {first}; stored {stored:,}", flush=True)
         delta = measure(argv, log)
         print(f"   delta {delta}", flush=True)

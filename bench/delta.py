@@ -32,7 +32,13 @@ from imapmig.testing.corpus import writeMaildir
 _NEW_MESSAGES = 10
 
 
-def _config(runDir: str, port: int, source: str, destination: str) -> str:
+def singleJobConfig(runDir: str, port: int, name: str, source: str, destination: str) -> str:
+    """
+    An imapmig configuration of one job C{name} over plain TCP to the
+    bench server on C{port}: C{source} as a YAML flow mapping, into the
+    account C{destination}; the state database in C{runDir}, no status
+    listener, the bench password in a file of mode 0600.
+    """
     passwordFile = os.path.join(runDir, "password")
     with open(os.open(passwordFile, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
         f.write(PASSWORD + "\n")
@@ -44,8 +50,8 @@ def _config(runDir: str, port: int, source: str, destination: str) -> str:
             "servers:\n"
             f'  bench: {{endpoint: "tcp:127.0.0.1:{port}", starttls: "off"}}\n'
             "jobs:\n"
-            "  - name: delta\n"
-            f"    source: {{server: bench, user: {source}, password_file: {passwordFile}}}\n"
+            f"  - name: {name}\n"
+            f"    source: {source.format(password=passwordFile)}\n"
             f"    destination: {{server: bench, user: {destination},"
             f" password_file: {passwordFile}}}\n"
         )
@@ -109,7 +115,8 @@ def deltaCheck(workDir: str, resultsDir: str, messages: int, versions: dict[str,
     try:
         source, destination = server.freshAccount(), server.freshAccount()
         server.loadMaildir(source, maildir)
-        config = _config(runDir, server.port, source, destination)
+        config = singleJobConfig(runDir, server.port, "delta", "{{server: bench, user: %s,"
+                                 " password_file: {password}}}" % source, destination)
         expected = messages
         for label, added in (("first pass", 0), ("second pass, nothing changed", 0),
                              ("third pass, 10 new messages", _NEW_MESSAGES)):  # fmt: skip
