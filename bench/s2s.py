@@ -26,7 +26,6 @@ for building the source's indexes.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from typing import TYPE_CHECKING
@@ -39,9 +38,13 @@ if TYPE_CHECKING:
     from bench.run import Bench, Job
 
 
-def _server(bench: Bench, name: str, accounts: int) -> tuple[BenchServer, str]:
-    base = tempfile.mkdtemp(prefix=f"dovecot-s2s-{name}-", dir=bench.workDir)
-    mailRoot = tempfile.mkdtemp(prefix=f"imapmig-s2s-{name}-", dir="/dev/shm")
+def tmpfsServer(bench: Bench, name: str, accounts: int, part: str = "s2s") -> tuple[BenchServer, str]:
+    """
+    A private Dovecot on loopback with its mail on tmpfs, not started, for
+    C{part}'s rows; and its base directory, to remove after.
+    """
+    base = tempfile.mkdtemp(prefix=f"dovecot-{part}-{name}-", dir=bench.workDir)
+    mailRoot = tempfile.mkdtemp(prefix=f"imapmig-{part}-{name}-", dir="/dev/shm")
     server = BenchServer(base, accounts=accounts, fsync=False, mailRoot=mailRoot,
                          capabilities=None, compress=False, namespace=None,
                          address="127.0.0.1", inNamespace=None)  # fmt: skip
@@ -60,8 +63,8 @@ def runServerToServer(bench: Bench, job: Job) -> None:
     runs = bench.args.runs
     corpus = bench.corpus(setting.corpus, job.messages)
     empty = emptyCorpus(bench.workDir)
-    source, sourceBase = _server(bench, "source", 3)
-    destination, destinationBase = _server(bench, "destination", len(job.clients) * runs * 2 + 3)
+    source, sourceBase = tmpfsServer(bench, "source", 3)
+    destination, destinationBase = tmpfsServer(bench, "destination", len(job.clients) * runs * 2 + 3)
     print(f"== s2s: loopback, tmpfs, {setting.corpus} corpus ({corpus.messages} messages), "
           "IMAP source into IMAP destination", flush=True)  # fmt: skip
     try:

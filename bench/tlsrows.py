@@ -18,13 +18,12 @@ shared machine weighs on all alike.
 from __future__ import annotations
 
 import shutil
-import tempfile
 from typing import TYPE_CHECKING, Sequence
 
 from bench.contenders import CONTENDERS, TLS_MODES, SourceAccount
 from bench.corpora import emptyCorpus
 from bench.report import Figure
-from bench.servers import BenchServer
+from bench.s2s import tmpfsServer
 
 if TYPE_CHECKING:
     from bench.run import Bench, Job
@@ -44,15 +43,6 @@ RATIOS = (
 TOLERANCE = 0.10
 
 
-def _server(bench: Bench, name: str, accounts: int) -> tuple[BenchServer, str]:
-    base = tempfile.mkdtemp(prefix=f"dovecot-tls-{name}-", dir=bench.workDir)
-    mailRoot = tempfile.mkdtemp(prefix=f"imapmig-tls-{name}-", dir="/dev/shm")
-    server = BenchServer(base, accounts=accounts, fsync=False, mailRoot=mailRoot,
-                         capabilities=None, compress=False, namespace=None,
-                         address="127.0.0.1", inNamespace=None)  # fmt: skip
-    return server, base
-
-
 def runTLS(bench: Bench, jobs: Sequence[Job]) -> None:
     """
     Run the jobs of part C{tls} (one per mode of C{--tls}) C{--runs} times,
@@ -67,8 +57,8 @@ def runTLS(bench: Bench, jobs: Sequence[Job]) -> None:
     setting = jobs[0].setting
     corpus = bench.corpus(setting.corpus, jobs[0].messages)
     accounts = sum(len(job.clients) for job in jobs) * runs * 2 + 5
-    source, sourceBase = _server(bench, "source", 3)
-    destination, destinationBase = _server(bench, "destination", accounts)
+    source, sourceBase = tmpfsServer(bench, "source", 3, part="tls")
+    destination, destinationBase = tmpfsServer(bench, "destination", accounts, part="tls")
     print(f"== tls: loopback, tmpfs, {setting.corpus} corpus ({corpus.messages} messages), "
           f"modes {', '.join(job.setting.tls for job in jobs)}", flush=True)  # fmt: skip
     try:
