@@ -1392,6 +1392,19 @@ def shortCommit() -> str:
     return commit + ("+" if dirty and dirty != "unknown" else "")
 
 
+def appendParts(bench: Bench, name: str) -> None:
+    """
+    Add the run's time and the load average at its start and end to the
+    file C{name} a check (C{--memory}, C{--delta}, C{--bigaccount}) wrote.
+    """
+    path = os.path.join(bench.resultsDir, name)
+    table = partsTable(bench.parts.records)
+    with open(path, "a") as f:
+        f.write(f"\nThe run's time, and the load average (1, 5, 15 minutes; 2 cores) at its "
+                f"start and end:\n\n{table}\n")  # fmt: skip
+    print(table, flush=True)
+
+
 def writeSummaryOf(bench: Bench, command: str, big: Sequence[Any] = ()) -> None:
     """
     Merge this run's lines of issue 31's acceptance into C{summary.md}
@@ -1422,11 +1435,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.prepare()
     command = ("python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
     if args.memory:
-        return memoryCheck(bench)
+        with bench.parts.timed("memory"):
+            status = memoryCheck(bench)
+        appendParts(bench, "memory.md")
+        return status
     if args.delta:
         from bench.delta import deltaCheck
 
-        return deltaCheck(bench.workDir, bench.resultsDir, args.delta_messages, toolVersions())
+        with bench.parts.timed("delta"):
+            status = deltaCheck(bench.workDir, bench.resultsDir, args.delta_messages,
+                                toolVersions())  # fmt: skip
+        appendParts(bench, "delta.md")
+        return status
     if args.bigaccount:
         from bench.bigaccount import BigRow, bigAccountCheck
 
@@ -1436,7 +1456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      [int(n) for n in args.bigaccount_sizes],
                                      args.bigaccount_layouts, shortCommit(),
                                      rowsOut=rows)  # fmt: skip
-        print(partsTable(bench.parts.records))
+        appendParts(bench, "bigaccount.md")
         writeSummaryOf(bench, command, rows)
         return status
     plan = makePlan(args)

@@ -15,9 +15,11 @@ from contextlib import redirect_stderr, redirect_stdout
 
 from twisted.trial.unittest import SynchronousTestCase
 
+import attrs
+
 from bench.bigaccount import BigRow, Measured
 from bench.report import Figure, RunResult, Setting
-from bench.run import Bench, parseArguments, writeResults, writeSummaryOf
+from bench.run import Bench, appendParts, parseArguments, writeResults, writeSummaryOf
 from bench.scale import ScaleFigure
 from bench.summary import (
     ACCOUNTS,
@@ -403,3 +405,21 @@ class RunWiringTests(SynchronousTestCase):
             writeResults(bench, "python -m bench.run --parts fleet", 60.0)
         with open(path) as f:
             self.assertEqual(f.read(), "the last full run\n")
+
+    def test_checksCarryTheirLoad(self) -> None:
+        """
+        A check's file (C{--bigaccount}'s bigaccount.md) ends with the
+        run's time and the load average at its start and end.
+        """
+        bench = self.bench("--bigaccount")
+        path = os.path.join(bench.resultsDir, "bigaccount.md")
+        with open(path, "w") as f:
+            f.write("# rows\n")
+        bench.parts.records["bigaccount"] = attrs.evolve(RECORD, part="bigaccount")
+        with redirect_stdout(io.StringIO()):
+            appendParts(bench, "bigaccount.md")
+        with open(path) as f:
+            text = f.read()
+        self.assertTrue(text.startswith("# rows\n"))
+        self.assertIn("| bigaccount | 2026-12-07 08:00 | 5.0 | 1.50, 1.20, 1.00 | "
+                      "2.25, 1.50, 1.10 |\n", text)  # fmt: skip
