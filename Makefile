@@ -91,9 +91,10 @@ test-browser: setup
 
 # The benchmark (issues 3, 17, 30 and 31): bench/run.py's docstring documents it;
 # docs/benchmark.md "Running the benchmark" says what each target runs and costs.
-#   make bench        every part but the fleet's (about 55 minutes): results.md, and
-#                     summary.md (issue 31's acceptance, one line per ratio), then
-#                     README.md's Speed table from it; BENCH_ARGS adds options
+#   make bench        every part but the fleet's, medians of 3 runs (about 50 minutes):
+#                     results.md, and summary.md (issue 31's acceptance, one line per
+#                     ratio), then README.md's Speed table from it; BENCH_ARGS adds
+#                     options (BENCH_ARGS="--runs 5": about 75 minutes)
 #   make bench-big    the big-account rows: 5,000 and 500,000 messages, spread over
 #                     folders and in one folder (an hour or more)
 #   make bench-fleet  the fleet part (issue 30, a private PostgreSQL; about 10 minutes)
@@ -102,6 +103,7 @@ test-browser: setup
 BENCH_APT_PACKAGES = isync build-essential dovecot-imapd iproute2
 BENCH_PIP_PACKAGES = matplotlib
 BENCH_PARTS ?= tls,s2s,scale,main,servers,compress,nagle
+BENCH_RUNS  ?= 3
 BENCH_ARGS ?=
 
 .PHONY: bench-quick bench-packages bench-big bench-fleet bench-readme
@@ -111,7 +113,7 @@ bench-packages: setup
 	$(BIN)/python -m pip install -q $(BENCH_PIP_PACKAGES)
 
 bench: bench-packages
-	$(BIN)/python -m bench.run --parts $(BENCH_PARTS) $(BENCH_ARGS)
+	$(BIN)/python -m bench.run --parts $(BENCH_PARTS) --runs $(BENCH_RUNS) $(BENCH_ARGS)
 	$(BIN)/python -m bench.summary --readme
 
 bench-big: bench-packages

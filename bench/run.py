@@ -5,8 +5,8 @@ against a raw writer that marks the server's ceiling.
 
     .venv/bin/python -m bench.run [options]
 
-    make bench        --parts tls,s2s,scale,main,servers,compress,nagle
-                      (about 55 minutes; then python -m bench.summary --readme)
+    make bench        --parts tls,s2s,scale,main,servers,compress,nagle --runs 3
+                      (about 50 minutes; then python -m bench.summary --readme)
     make bench-big    --bigaccount (500,000 messages; an hour or more)
     make bench-fleet  --parts fleet (about 10 minutes)
     make bench-quick  --quick (under a minute)
