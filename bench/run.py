@@ -1160,6 +1160,24 @@ def _targets(rows: Sequence[Figure]) -> list[str]:
     return lines
 
 
+def _partsSection(bench: Bench) -> list[str]:
+    """
+    The section of results.md that says what each part took and the load
+    average at its start and end (none when no part was timed).
+    """
+    if not bench.parts.records:
+        return []
+    return [
+        "## The parts: time taken and the load average around each",
+        "",
+        "The load average (1, 5 and 15 minutes, 2 cores) when each part started and "
+        "ended: a wall-clock figure taken on a busy machine says so here.",
+        "",
+        partsTable(bench.parts.records),
+        "",
+    ]
+
+
 def writeResults(bench: Bench, command: str, elapsed: float) -> str:
     """
     Write results.md and chart.png; return the Markdown.  A run with no
@@ -1308,16 +1326,7 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
         parts += ["## The targets of issues 3, 16 and 17", "", *targets, ""]
     if scale:
         parts += ["## The targets of issue 17 (speed at scale)", "", *scaleTargets(scale), ""]
-    if bench.parts.records:
-        parts += [
-            "## The parts: time taken and the load average around each",
-            "",
-            "The load average (1, 5 and 15 minutes, 2 cores) when each part started and "
-            "ended: a wall-clock figure taken on a busy machine says so here.",
-            "",
-            partsTable(bench.parts.records),
-            "",
-        ]
+    parts += _partsSection(bench)
     if bench.notes:
         parts += ["## Notes", "", *[f"- {n}" for n in bench.notes], ""]
     text = "\n".join(parts)

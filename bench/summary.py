@@ -298,8 +298,11 @@ def figureLines(rows: Sequence[Figure], context: RunContext) -> Iterator[Summary
     main and s2s parts, else from the tls part's plain TCP; the TLS ones
     from the tls part.
     """
-    from bench.tlsrows import TOLERANCE, tlsRatios
+    yield from _plainLines(rows, context)
+    yield from _tlsLines(rows, context)
 
+
+def _plainLines(rows: Sequence[Figure], context: RunContext) -> Iterator[SummaryLine]:
     tlsPlain: tuple[str, dict[str, object]] = ("tls", {"tls": "none", "corpus": "realistic"})
     ratios: tuple[tuple[str, str, str, list[tuple[str, dict[str, object]]], float], ...] = (
         (TWO_CONNECTIONS, "imapmig", "raw-multi50-2", [("main", _PLAIN), tlsPlain], 0.95),
@@ -308,28 +311,34 @@ def figureLines(rows: Sequence[Figure], context: RunContext) -> Iterator[Summary
     )
     for what, ours, peer, places, threshold in ratios:
         found = _pair(rows, ours, peer, places)
-        if found is not None:
-            part, a, b = found
-            text, ratio = _ratioText(a, b)
-            unjudged = _judged(a, b)
-            if ratio is None or not unjudged:
-                ok: bool | None = ratio is not None and ratio >= threshold
-            else:
-                ok = None
-            yield context.line(part, what, text, ok, unjudged or "—")
+        if found is None:
+            continue
+        part, a, b = found
+        text, ratio = _ratioText(a, b)
+        unjudged = _judged(a, b)
+        if ratio is None or not unjudged:
+            ok: bool | None = ratio is not None and ratio >= threshold
+        else:
+            ok = None
+        yield context.line(part, what, text, ok, unjudged or "—")
+
+
+def _tlsLines(rows: Sequence[Figure], context: RunContext) -> Iterator[SummaryLine]:
+    from bench.tlsrows import TOLERANCE, tlsRatios
+
     byMode = tlsRatios(rows)
     plain = byMode.get("none", {})
     for mode in _TLS_NAMES:
         for label, short in _TLS_RATIOS:
-            what = tlsWhat(mode, short)
             value = byMode.get(mode, {}).get(label)
             if value is None or label not in plain:
                 continue
             change = value / plain[label]
             unjudged = _judged(*(f for f in rows if f.setting.part == "tls" and f.runs
                                  and f.setting.tls in (mode, "none")))  # fmt: skip
-            yield context.line("tls", what, f"{change:.2f}x ({value:.2f} / {plain[label]:.2f}, "
-                               "medians)", None if unjudged else change >= 1 - TOLERANCE,
+            yield context.line("tls", tlsWhat(mode, short),
+                               f"{change:.2f}x ({value:.2f} / {plain[label]:.2f}, medians)",
+                               None if unjudged else change >= 1 - TOLERANCE,
                                unjudged or "—")  # fmt: skip
 
 
