@@ -27,9 +27,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import time
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
 
 from attrs import frozen
