@@ -1414,16 +1414,17 @@ def appendParts(bench: Bench, name: str) -> None:
     print(table, flush=True)
 
 
-def writeSummaryOf(bench: Bench, command: str, big: Sequence[Any] = ()) -> None:
+def writeSummaryOf(bench: Bench, command: str, commit: str, big: Sequence[Any] = ()) -> None:
     """
     Merge this run's lines of issue 31's acceptance into C{summary.md}
     (L{bench.summary}).
 
+    @param commit: L{shortCommit} when the run started.
     @param big: the big-account rows (L{bench.bigaccount.BigRow}), if any.
     """
     from bench.summary import bigLines, figureLines, scaleLines, writeSummary
 
-    context = RunContext(shortCommit(), command, bench.parts.records)
+    context = RunContext(commit, command, bench.parts.records)
     lines = [*figureLines(figures(bench.results), context),
              *scaleLines(scaleFigures(bench.scaleRuns), context),
              *bigLines(big, context)]  # fmt: skip
@@ -1443,6 +1444,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench = Bench(args)
     bench.prepare()
     command = ("python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+    # The code that runs: a commit made during the run is not it.
+    commit = shortCommit()
     if args.memory:
         with bench.parts.timed("memory"):
             status = memoryCheck(bench)
@@ -1463,10 +1466,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with bench.parts.timed("bigaccount"):
             status = bigAccountCheck(bench.workDir, bench.resultsDir,
                                      [int(n) for n in args.bigaccount_sizes],
-                                     args.bigaccount_layouts, shortCommit(),
+                                     args.bigaccount_layouts, commit,
                                      rowsOut=rows)  # fmt: skip
         appendParts(bench, "bigaccount.md")
-        writeSummaryOf(bench, command, rows)
+        writeSummaryOf(bench, command, commit, rows)
         return status
     plan = makePlan(args)
     print(f"== Plan: {len(plan)} settings, {args.runs} run(s) each", flush=True)
@@ -1493,7 +1496,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(text)
     print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
-    writeSummaryOf(bench, command)
+    writeSummaryOf(bench, command, commit)
     ok = all(r.ok for r in bench.results) and all(r.ok for r in bench.scaleRuns) and fleetOk
     return 0 if ok else 1
 

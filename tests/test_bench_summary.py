@@ -380,7 +380,7 @@ class RunWiringTests(SynchronousTestCase):
         bench.parts.records["tls"] = RECORD
         with redirect_stdout(io.StringIO()):
             text = writeResults(bench, "python -m bench.run --parts tls", 60.0)
-            writeSummaryOf(bench, "python -m bench.run --parts tls")
+            writeSummaryOf(bench, "python -m bench.run --parts tls", "abc1234")
         self.assertIn("| tls | 2026-12-07 08:00 | 5.0 | 1.50, 1.20, 1.00 | 2.25, 1.50, 1.10 |",
                       text)  # fmt: skip
         with open(os.path.join(bench.resultsDir, "results.md")) as f:
@@ -388,8 +388,8 @@ class RunWiringTests(SynchronousTestCase):
         lines = readSummary(os.path.join(bench.resultsDir, "summary.md"))
         two = lines[TWO_CONNECTIONS]
         self.assertEqual(two.measured, "0.80x (5,000 / 6,250 msg/s, medians of 3)")
-        self.assertEqual((two.verdict, two.date, two.load), (MISSED, "2026-12-07 08:00",
-                                                             "1.50 → 2.25"))  # fmt: skip
+        self.assertEqual((two.verdict, two.commit, two.date, two.load),
+                         (MISSED, "abc1234", "2026-12-07 08:00", "1.50 → 2.25"))  # fmt: skip
         self.assertEqual(lines[STARTUP].measured, NEVER)
 
     def test_noTableOfItsOwn(self) -> None:
