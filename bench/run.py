@@ -1395,10 +1395,19 @@ def shortCommit() -> str:
     This checkout's commit, abbreviated, marked when imapmig/ or bench/
     holds uncommitted changes.
     """
-    commit = _firstLine(["git", "-C", REPOSITORY, "rev-parse", "--short", "HEAD"])
-    dirty = _firstLine(["git", "-C", REPOSITORY, "status", "--porcelain", "--", "imapmig",
-                        "bench"])  # fmt: skip
-    return commit + ("+" if dirty and dirty != "unknown" else "")
+    def git(*argv: str) -> str | None:
+        try:
+            completed = subprocess.run(["git", "-C", REPOSITORY, *argv], capture_output=True,
+                                       text=True, timeout=30)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return completed.stdout.strip() if completed.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        # A tree from git archive, say.
+        return "unknown (not a git checkout)"
+    return commit + ("+" if git("status", "--porcelain", "--", "imapmig", "bench") else "")
 
 
 def appendParts(bench: Bench, name: str) -> None:

@@ -19,7 +19,15 @@ import attrs
 
 from bench.bigaccount import BigRow, Measured
 from bench.report import Figure, RunResult, Setting
-from bench.run import Bench, appendParts, parseArguments, writeResults, writeSummaryOf
+from bench import run
+from bench.run import (
+    Bench,
+    appendParts,
+    parseArguments,
+    shortCommit,
+    writeResults,
+    writeSummaryOf,
+)
 from bench.scale import ScaleFigure
 from bench.summary import (
     ACCOUNTS,
@@ -423,3 +431,28 @@ class RunWiringTests(SynchronousTestCase):
         self.assertTrue(text.startswith("# rows\n"))
         self.assertIn("| bigaccount | 2026-12-07 08:00 | 5.0 | 1.50, 1.20, 1.00 | "
                       "2.25, 1.50, 1.10 |\n", text)  # fmt: skip
+
+
+class CommitTests(SynchronousTestCase):
+    """
+    The commit a summary line names.
+    """
+
+    def test_thisCheckout(self) -> None:
+        """
+        In a git checkout: the abbreviated commit, C{+} when imapmig/ or
+        bench/ holds uncommitted changes.
+        """
+        commit = shortCommit()
+        self.assertRegex(commit, r"^[0-9a-f]{7,}\+?$")
+
+    def test_notACheckout(self) -> None:
+        """
+        Outside a git checkout (a tree from git archive) it says so, not
+        git's error.
+        """
+        # Outside this checkout, whose git the test's own folder is in.
+        directory = tempfile.mkdtemp()
+        self.addCleanup(os.rmdir, directory)
+        self.patch(run, "REPOSITORY", directory)
+        self.assertEqual(shortCommit(), "unknown (not a git checkout)")
