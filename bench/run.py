@@ -1504,7 +1504,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = writeResults(bench, command, time.monotonic() - started)
     print()
     print(text)
-    print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
+    if bench.results or bench.scaleRuns:
+        print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
+    else:
+        print("== results.md left as it was: this run has no table of its own")
     writeSummaryOf(bench, command, commit)
     ok = all(r.ok for r in bench.results) and all(r.ok for r in bench.scaleRuns) and fleetOk
     return 0 if ok else 1
