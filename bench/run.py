@@ -253,7 +253,6 @@ from bench.scale import (
     scaleTable,
     scaleTargets,
 )
-from bench.summary import PartClock, RunContext, partsTable
 from bench.servers import (
     PASSWORD,
     VARIANTS,
@@ -261,6 +260,15 @@ from bench.servers import (
     buildNagleShim,
     capabilitiesWithout,
     defaultCapabilities,
+)
+from bench.summary import (
+    PartClock,
+    RunContext,
+    bigLines,
+    figureLines,
+    partsTable,
+    scaleLines,
+    writeSummary,
 )
 
 _LINK_MTU = 9000
@@ -1431,8 +1439,6 @@ def writeSummaryOf(bench: Bench, command: str, commit: str, big: Sequence[Any] =
     @param commit: L{shortCommit} when the run started.
     @param big: the big-account rows (L{bench.bigaccount.BigRow}), if any.
     """
-    from bench.summary import bigLines, figureLines, scaleLines, writeSummary
-
     context = RunContext(commit, command, bench.parts.records)
     lines = [*figureLines(figures(bench.results), context),
              *scaleLines(scaleFigures(bench.scaleRuns), context),
