@@ -30,7 +30,7 @@ import datetime
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from attrs import frozen
 
@@ -489,6 +489,20 @@ def tableOf(text: str) -> str:
     return "\n".join(rows)
 
 
+README_COLUMNS = ("what is compared", "target", "measured", "verdict", "load average, start → end")
+
+
+def readmeTable(lines: Iterable[SummaryLine]) -> str:
+    """
+    The table README.md shows of C{lines}: the commit, date and command of
+    each line stay in C{summary.md}, which README links.
+    """
+    keep = [HEADER.index(name) for name in README_COLUMNS]
+    table = ["| " + " | ".join(README_COLUMNS) + " |", "|" + "---|" * len(keep)]
+    table += ["| " + " | ".join(line.cells()[i] for i in keep) + " |" for line in lines]
+    return "\n".join(table)
+
+
 def readmeWithTable(readme: str, table: str) -> str:
     """
     C{readme} with the text between its markers replaced by C{table}.
@@ -512,8 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--summary", default=SUMMARY)
     parser.add_argument("--readme-path", default=README)
     args = parser.parse_args(argv)
-    with open(args.summary, encoding="utf-8") as f:
-        table = tableOf(f.read())
+    table = readmeTable(readSummary(args.summary).values())
     with open(args.readme_path, encoding="utf-8") as f:
         readme = f.read()
     wanted = readmeWithTable(readme, table)

@@ -55,8 +55,10 @@ from bench.summary import (
     main,
     merged,
     readSummary,
+    readmeTable,
     readmeWithTable,
     scaleLines,
+    summaryMarkdown,
     tableOf,
     tlsWhat,
     writeSummary,
@@ -292,13 +294,26 @@ class ReadmeTests(SynchronousTestCase):
         (C{python -m bench.summary --readme} rewrites it), and that file
         holds every line of the catalog.
         """
-        with open(SUMMARY, encoding="utf-8") as f:
-            table = tableOf(f.read())
+        table = readmeTable(readSummary(SUMMARY).values())
         with open(README, encoding="utf-8") as f:
             readme = f.read()
         self.assertEqual(readmeWithTable(readme, table), readme)
         self.assertEqual(list(readSummary(SUMMARY)), [what for what, _ in CATALOG])
         self.assertEqual(main(["--check"]), 0)
+
+    def test_readmeColumns(self) -> None:
+        """
+        README's table keeps what is compared, the target, the figure, the
+        verdict and the load; the commit, date and command stay in
+        C{summary.md}.
+        """
+        table = readmeTable(merged({}, []))
+        rows = table.splitlines()
+        self.assertEqual(rows[0], "| what is compared | target | measured | verdict "
+                                  "| load average, start → end |")  # fmt: skip
+        self.assertEqual(rows[1], "|---|---|---|---|---|")
+        self.assertEqual(len(rows), len(CATALOG) + 2)
+        self.assertTrue(all(row.count("|") == 6 for row in rows))
 
     def test_rewrite(self) -> None:
         """
@@ -311,14 +326,14 @@ class ReadmeTests(SynchronousTestCase):
         with open(readme, "w", encoding="utf-8") as f:
             f.write(f"# x\n\n## Speed\n\n{README_BEGIN}\n| old |\n{README_END}\n\nafter\n")
         with open(summary, "w", encoding="utf-8") as f:
-            f.write("# s\n\ntext\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\nmore\n")
+            f.write(summaryMarkdown(merged({}, [])))
         argv = ["--summary", summary, "--readme-path", readme]
         with redirect_stderr(io.StringIO()):
             self.assertEqual(main(["--check", *argv]), 1)
         self.assertEqual(main(["--readme", *argv]), 0)
         with open(readme, encoding="utf-8") as f:
-            self.assertEqual(f.read(), f"# x\n\n## Speed\n\n{README_BEGIN}\n| a | b |\n"
-                                       f"|---|---|\n| 1 | 2 |\n{README_END}\n\nafter\n")  # fmt: skip
+            self.assertEqual(f.read(), f"# x\n\n## Speed\n\n{README_BEGIN}\n"
+                                       f"{readmeTable(merged({}, []))}\n{README_END}\n\nafter\n")  # fmt: skip
         self.assertEqual(main(["--check", *argv]), 0)
 
 
