@@ -123,6 +123,12 @@ def _withCR(data: bytes, leadingLF: bool) -> tuple[bytes, int]:
 
     @param leadingLF: they start with an LF that has its CR already.
     """
+    # CRLF throughout (what IMAP servers send) is told by deleting the CRs
+    # and giving each LF one: C{replace} of one octet runs C{memchr} from
+    # line end to line end, the compare is a C{memcmp}; C{count} of one
+    # octet would loop over every octet.
+    if not leadingLF and data.replace(b"\r", b"").replace(b"\n", b"\r\n") == data:
+        return data, 0
     crlfs = data.count(b"\r\n")
     facts = BARE_CR if data.count(b"\r") - crlfs - (data[-1] == 13) else 0
     if not data.count(b"\n") - crlfs - leadingLF:
