@@ -75,6 +75,22 @@ def pieceBefore(chunk: bytes, afterCR: bool) -> bytes:
     return piece
 
 
+READER_TESTS = (
+    "tests.test_sources_maildir.ReadBodiesTests",
+    "tests.test_sources_mbox.ReadBodiesTests",
+    "tests.test_sources_mbox.StreamingTests",
+    "tests.test_sources_eml",
+    "tests.test_sources_messagefile",
+    "tests.test_sources_imap.BodyTests",
+    "tests.test_message",
+    "tests.test_fidelity.NeedsBinaryTests",
+    "tests.test_job_preparation",
+)
+"""
+The test classes and modules run again without the C extension
+(L{FallbackTests.test_sameTestsWithoutExtension}).
+"""
+
 _BARE_CR = re.compile(rb"\r(?!\n)")
 _BARE_LF = re.compile(rb"(?<!\r)\n")
 
@@ -317,3 +333,32 @@ class FallbackTests(SynchronousTestCase):
             timeout=60,
         )
         self.assertEqual((result.stdout, result.stderr), ("False True (b'a\\r\\nb', 8)\n", ""))
+
+    def test_sameTestsWithoutExtension(self) -> None:
+        """
+        The tests of what calls L{imapmig.mail.octets.crlfAndFacts} (the
+        readers that carry the facts, the streamed pieces, the
+        preparation's literal8 decision) pass with the Python function
+        as they pass with the C one: they are run here again in a
+        process where the extension cannot be imported.
+        """
+        script = (
+            "import sys\n"
+            "sys.modules['imapmig.mail._octets'] = None\n"
+            "from imapmig.mail import octets\n"
+            "assert not octets.compiled\n"
+            "from twisted.scripts.trial import run\n"
+            "sys.argv = ['trial', *sys.argv[1:]]\n"
+            "run()\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script, *READER_TESTS],
+            cwd=CHECKOUT,
+            env=dict(os.environ, PYTHONPATH=CHECKOUT),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        self.assertIn("PASSED", result.stdout)
+
