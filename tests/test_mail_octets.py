@@ -33,19 +33,20 @@ CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 Converter = Callable[[bytes, bool, bool], tuple[bytes, int]]
 
 
-def compiledConverter() -> Converter:
+def compiledConverter(name: str = "crlfAndFacts") -> Converter:
     """
-    The C extension's function; the test is skipped where it was not
-    built (failed under C{CI=true}: C{make venv} builds it in place).
+    The C extension's function C{name}; the test is skipped where it was
+    not built (failed under C{CI=true}: C{make venv} builds it in place).
     """
     try:
-        from imapmig.mail._octets import crlfAndFacts
+        from imapmig.mail import _octets
     except ImportError:
         message = "imapmig.mail._octets is not built (python setup.py build_ext --inplace)"
         if os.environ.get("CI") == "true":
             raise AssertionError(message)
         raise SkipTest(message)
-    return crlfAndFacts
+    converter: Converter = getattr(_octets, name)
+    return converter
 
 
 def toCRLFBefore(body: bytes) -> bytes:
@@ -304,6 +305,24 @@ class CompiledTests(ReferenceTests):
         """
         self.assertIs(octets.crlfAndFacts, self.convert)
         self.assertTrue(octets.compiled)
+
+
+class CompiledBaselineTests(CompiledTests):
+    """
+    The C extension's steps for a processor without AVX2 (SSE2 on x86-64)
+    pass the same tests, wherever the tests run.
+    """
+
+    def setUp(self) -> None:
+        self.convert = compiledConverter("crlfAndFactsBaseline")
+
+    def test_inUse(self) -> None:
+        """
+        L{imapmig.mail.octets.crlfAndFacts} is the extension's other
+        function, which takes the AVX2 steps where the processor has them.
+        """
+        self.assertIsNot(octets.crlfAndFacts, self.convert)
+        self.assertIs(octets.crlfAndFacts, compiledConverter())
 
 
 class FallbackTests(SynchronousTestCase):

@@ -2,3 +2,6 @@
 # imapmig.mail.octets.crlfAndFactsPython is the same function, documented.
 
 def crlfAndFacts(data: bytes, afterCR: bool = False, last: bool = True, /) -> tuple[bytes, int]: ...
+def crlfAndFactsBaseline(data: bytes, afterCR: bool = False, last: bool = True, /) -> tuple[bytes, int]: ...
+
+AVX2: int
