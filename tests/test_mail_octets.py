@@ -141,11 +141,13 @@ _PARTS = st.sampled_from(
 bodies = st.lists(_PARTS, max_size=60).map(b"".join)
 
 
-def checkBody(testCase: SynchronousTestCase, convert: Converter, body: bytes) -> None:
+def checkBody(
+    testCase: SynchronousTestCase, convert: Converter, body: bytes, cuts: bool = True
+) -> None:
     """
     C{convert} gives C{body} converted as before and its facts, whole;
-    given with C{last=False}, a CR at its end as L{ENDS_CR}; and in two
-    pieces cut at every edge, the same.
+    given with C{last=False}, a CR at its end as L{ENDS_CR}; and (with
+    C{cuts}) in two pieces cut at every edge, the same.
     """
     expected = (toCRLFBefore(body), factsOf(body))
     testCase.assertEqual(convert(body, False, True), expected, body)
@@ -156,7 +158,7 @@ def checkBody(testCase: SynchronousTestCase, convert: Converter, body: bytes) ->
         testCase.assertEqual(found, factsOf(body[:-1] + b"x") | ENDS_CR)
     else:
         testCase.assertEqual(found, expected[1])
-    for cut in range(len(body) + 1):
+    for cut in range(len(body) + 1 if cuts else 0):
         testCase.assertEqual(streamed(convert, [body[:cut], body[cut:]]), expected, (body, cut))
 
 
@@ -261,6 +263,19 @@ class ReferenceTests(SynchronousTestCase):
         for place in range(64):
             for special in (b"\r", b"\n", b"\r\n", b"\0", b"\xfe", b"\n\r"):
                 checkBody(self, self.convert, b"m" * place + special + b"n" * (70 - place))
+
+    def test_manyLineEnds(self) -> None:
+        """
+        Bodies with more LFs needing a CR than one in 16 octets (more
+        than the C pass guesses its output's room from), from the start
+        or after a long stretch without, and CRLF bodies with such a
+        stretch in them.
+        """
+        for run in (b"\n", b"a\n", b"\r\n\n", b"\n\r", b"abcdefghijklmn\n", b"\x80\n\0"):
+            for before in (b"", b"x" * 200, b"x\r\n" * 100):
+                for count in (1, 31, 32, 33, 500, 5000):
+                    checkBody(self, self.convert, before + run * count, cuts=False)
+                    checkBody(self, self.convert, before + run * count + b"tail" * 30, cuts=False)
 
 
 class CompiledTests(ReferenceTests):

@@ -13,7 +13,10 @@
  * A first pass, read-only, finds the facts and counts the LFs that need a
  * CR; a body that needs none (already CRLF throughout, or no LF at all) is
  * returned as the same object, uncopied.  Otherwise a second pass copies it
- * into a bytes object of the final size, adding the CRs.  On x86-64 both
+ * into a bytes object of the final size, adding the CRs.  With AVX2 the
+ * first pass stops at the first LF that needs a CR, and from there one pass
+ * finds the facts and converts (convertFused), into room guessed and
+ * trimmed at the end: an octet is looked at once.  On x86-64 the
  * passes take 32 octets a step where the processor has AVX2 (checked when
  * the module is imported), else 16 (SSE2, which every x86-64 has); the NUL
  * and 8-bit octets are or'ed into two vectors looked at once at the end,
@@ -145,9 +148,12 @@ scanSSE2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s)
 #endif
 
 #ifdef OCTETS_AVX2
-/* 32 octets a step, from i while 32 are left; returns where it stopped. */
+/*
+ * 32 octets a step, from i while 32 are left; returns where it stopped:
+ * with stop, before the first step holding an LF that needs a CR.
+ */
 AVX2 static Py_ssize_t
-scanAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s)
+scanAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s, int stop)
 {
     const __m256i lf = _mm256_set1_epi8('\n');
     const __m256i cr = _mm256_set1_epi8('\r');
@@ -160,6 +166,9 @@ scanAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s)
         uint32_t lfs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, lf));
         uint32_t crs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cr));
         if (lfs | crs | s->prevCR) {
+            if (stop && (lfs & ~((crs << 1) | s->prevCR))) {
+                break;
+            }
             lineEnds(lfs, crs, 32, s, 1);
         }
     }
@@ -175,14 +184,22 @@ scanAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s)
  * it), then 16 with SSE2 (every x86-64 has it), then one.
  */
 static Scan
-findFacts(const unsigned char *p, Py_ssize_t n, int afterCR, int wide)
+findFacts(const unsigned char *p, Py_ssize_t n, int afterCR, int wide, Py_ssize_t *fuseAt)
 {
     Scan s = {0, 0, (unsigned int)afterCR};
     Py_ssize_t i = 0;
     (void)wide;
+    *fuseAt = -1;
 #ifdef OCTETS_AVX2
     if (wide && haveAVX2) {
-        i = scanAVX2(p, i, n, &s);
+        i = scanAVX2(p, i, n, &s, 1);
+        if (i + 64 <= n) {
+            /* An LF needs a CR, with two steps left at least: the rest
+             * is looked at as it is converted (convertFused). */
+            *fuseAt = i;
+            return s;
+        }
+        i = scanAVX2(p, i, n, &s, 0);
     }
 #endif
 #ifdef OCTETS_SSE2
@@ -241,6 +258,85 @@ convertAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, unsigned int *pr
     *prevCR = before;
     *to = out;
     return i;
+}
+#endif
+
+static void convert(const unsigned char *p, Py_ssize_t n, int afterCR, unsigned char *out,
+                    int wide);
+
+#ifdef OCTETS_AVX2
+/*
+ * The one pass where the AVX2 steps found an LF that needs a CR at i (with
+ * two steps left at least): p[0..i) copied as it is, then from i the facts
+ * found and the octets converted in the same steps, into a bytes object
+ * sized by a guess (an LF a CR in 16 octets, plus a step); when that room
+ * runs short, or for the last octets, the rest is counted first
+ * (findFacts's steps), the object sized exactly, and the rest converted
+ * (convert).  s: the facts of p[0..i), then of all of p.
+ */
+AVX2 static PyObject *
+convertFused(const unsigned char *p, Py_ssize_t n, Py_ssize_t i, Scan *s)
+{
+    Py_ssize_t room = n + (n - i) / 16 + 64;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, room);
+    if (result == NULL) {
+        return NULL;
+    }
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result);
+    unsigned char *out = start + i, *end = start + room;
+    memcpy(start, p, (size_t)i);
+    const __m256i lf = _mm256_set1_epi8('\n');
+    const __m256i cr = _mm256_set1_epi8('\r');
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i high = zero, nul = zero;
+    unsigned int before = s->prevCR, found = 0;
+    /* A step writes 64 octets at most, and its stores reach 32 beyond. */
+    for (; i + 64 <= n && end - out >= 96; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        high = _mm256_or_si256(high, v);
+        nul = _mm256_or_si256(nul, _mm256_cmpeq_epi8(v, zero));
+        uint32_t lfs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, lf));
+        uint32_t crs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cr));
+        uint32_t crBefore = (crs << 1) | before;
+        uint32_t bare = lfs & ~crBefore;
+        if (crBefore & ~lfs) {
+            found |= FACT_BARE_CR;
+        }
+        before = crs >> 31;
+        if (bare == 0) {
+            _mm256_storeu_si256((__m256i *)out, v);
+            out += 32;
+            continue;
+        }
+        unsigned int at, piece = 0;
+        do {
+            at = (unsigned int)__builtin_ctz(bare);
+            bare &= bare - 1;
+            _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + piece)));
+            out += at - piece;
+            *out++ = '\r';
+            piece = at;
+        } while (bare);
+        _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + piece)));
+        out += 32 - piece;
+    }
+    s->facts |= found | FACT_BARE_LF | (_mm256_movemask_epi8(high) ? FACT_EIGHT_BIT : 0)
+        | (_mm256_movemask_epi8(nul) ? FACT_NUL : 0);
+    Scan rest = {0, 0, before};
+    Py_ssize_t j = scanAVX2(p, i, n, &rest, 0);
+    j = scanSSE2(p, j, n, &rest);
+    scanOctets(p, j, n, &rest);
+    Py_ssize_t done = out - start, size = done + (n - i) + rest.bareLF;
+    if (size != room) {
+        if (_PyBytes_Resize(&result, size) < 0) {
+            return NULL;
+        }
+        start = (unsigned char *)PyBytes_AS_STRING(result);
+    }
+    convert(p + i, n - i, (int)before, start + done, 1);
+    s->facts |= rest.facts;
+    s->prevCR = rest.prevCR;
+    return result;
 }
 #endif
 
@@ -325,12 +421,18 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
     Py_ssize_t n = PyBytes_GET_SIZE(data);
-    Scan s = findFacts(p, n, afterCR, wide);
-    unsigned int facts = s.facts;
-    if (s.prevCR) {
-        facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
-    }
+    Py_ssize_t fuseAt;
+    Scan s = findFacts(p, n, afterCR, wide, &fuseAt);
     PyObject *converted;
+#ifdef OCTETS_AVX2
+    if (fuseAt >= 0) {
+        converted = convertFused(p, n, fuseAt, &s);
+        if (converted == NULL) {
+            return NULL;
+        }
+    }
+    else
+#endif
     if (s.bareLF == 0) {
         converted = Py_NewRef(data);
     }
@@ -343,6 +445,10 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
             return NULL;
         }
         convert(p, n, afterCR, (unsigned char *)PyBytes_AS_STRING(converted), wide);
+    }
+    unsigned int facts = s.facts;
+    if (s.prevCR) {
+        facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
     }
     PyObject *result = PyTuple_New(2);
     PyObject *found = PyLong_FromLong((long)facts);
