@@ -8,11 +8,13 @@ facts found independently.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import re
 import subprocess
 import sys
+import sysconfig
 from typing import Callable
 
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -338,6 +340,61 @@ class CompiledBaselineTests(CompiledTests):
         """
         self.assertIsNot(octets.crlfAndFacts, self.convert)
         self.assertIs(octets.crlfAndFacts, compiledConverter())
+
+
+def portableConverter(testCase: SynchronousTestCase) -> Converter:
+    """
+    The C extension built with C{OCTETS_PORTABLE} (octet by octet, as on a
+    processor other than x86-64) into a temporary directory, loaded
+    beside the one in use; skipped without a C compiler (failed under
+    C{CI=true}).
+    """
+    if _portable:
+        return _portable[0]
+    compiler = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
+    built = os.path.join(testCase.mktemp(), "_octets" + sysconfig.get_config_var("EXT_SUFFIX"))
+    os.makedirs(os.path.dirname(built))
+    command = [
+        *compiler.split(), "-shared", "-fPIC", "-O2", "-DOCTETS_PORTABLE",
+        f"-I{sysconfig.get_paths()['include']}",
+        os.path.join(CHECKOUT, "imapmig", "mail", "_octets.c"), "-o", built,
+    ]  # fmt: skip
+    try:
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.CalledProcessError) as e:
+        if os.environ.get("CI") == "true":
+            raise AssertionError(f"cannot build the portable C pass: {e}")
+        raise SkipTest(f"cannot build the portable C pass: {e}")
+    spec = importlib.util.spec_from_file_location("imapmig.mail._octets", built)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    testCase.assertEqual(module.AVX2, 0)
+    converter: Converter = module.crlfAndFacts
+    _portable.append(converter)
+    return converter
+
+
+_portable: list[Converter] = []
+"""
+The portable build, once built (L{portableConverter}).
+"""
+
+
+class CompiledPortableTests(CompiledTests):
+    """
+    The C extension's octet-by-octet steps (a processor other than
+    x86-64) pass the same tests.
+    """
+
+    def setUp(self) -> None:
+        self.convert = portableConverter(self)
+
+    def test_inUse(self) -> None:
+        """
+        The portable build is not what L{imapmig.mail.octets} uses here.
+        """
+        self.assertIsNot(octets.crlfAndFacts, self.convert)
 
 
 class FallbackTests(SynchronousTestCase):

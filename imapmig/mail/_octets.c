@@ -34,7 +34,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__SSE2__)
+/* OCTETS_PORTABLE: octet by octet only, as on a processor other than
+ * x86-64 (tests.test_mail_octets builds it so to test that path). */
+#if defined(__SSE2__) && !defined(OCTETS_PORTABLE)
 #include <emmintrin.h>
 #define OCTETS_SSE2 1
 #endif
@@ -43,7 +45,7 @@
 #else
 #define INLINE inline
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(OCTETS_PORTABLE)
 #include <immintrin.h>
 #define OCTETS_AVX2 1
 #define AVX2 __attribute__((target("avx2,popcnt")))
