@@ -23,6 +23,7 @@ from imapmig.mail.fidelity import (
     needsBinary,
 )
 from imapmig.mail.message import StreamedBody
+from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, NUL, UNKNOWN
 
 
 class KeywordTests(SynchronousTestCase):
@@ -102,26 +103,36 @@ class DecideFlagsTests(SynchronousTestCase):
 
 class NeedsBinaryTests(SynchronousTestCase):
     """
-    L{needsBinary} finds NUL and 8-bit octets.
+    L{needsBinary} finds NUL and 8-bit octets, or takes them from the facts
+    a source's reader found.
     """
 
     def test_bytes(self) -> None:
         """
         ASCII, 8-bit, NUL, and NUL in an otherwise ASCII body.
         """
-        self.assertEqual(needsBinary(b"plain\r\n"), (False, False))
-        self.assertEqual(needsBinary("Grüße\r\n".encode()), (False, True))
-        self.assertEqual(needsBinary(b"a\x00b"), (True, False))
-        self.assertEqual(needsBinary(bytearray("é\x00".encode())), (True, True))
+        self.assertEqual(needsBinary(b"plain\r\n"), 0)
+        self.assertEqual(needsBinary("Grüße\r\n".encode()), EIGHT_BIT)
+        self.assertEqual(needsBinary(b"a\x00b"), NUL)
+        self.assertEqual(needsBinary(bytearray("é\x00".encode())), NUL | EIGHT_BIT)
+
+    def test_facts(self) -> None:
+        """
+        Facts found by the reader are taken as they are (the body is not
+        looked at), less those that do not decide a literal's kind.
+        """
+        self.assertEqual(needsBinary(b"plain\r\n", NUL | BARE_CR), NUL)
+        self.assertEqual(needsBinary(b"a\x00b", EIGHT_BIT | BARE_LF), EIGHT_BIT)
+        self.assertEqual(needsBinary(b"a\x00b", UNKNOWN), NUL)
 
     def test_streamed(self) -> None:
         """
         A streamed body knows from its counting pass.
         """
         for content, expected in (
-            (b"ascii\n" * 10, (False, False)),
-            ("ü\n".encode() * 10, (False, True)),
-            (b"x\x00\n", (True, False)),
+            (b"ascii\n" * 10, 0),
+            ("ü\n".encode() * 10, EIGHT_BIT),
+            (b"x\x00\n", NUL),
         ):
             path = self.mktemp()
             with open(path, "wb") as f:

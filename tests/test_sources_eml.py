@@ -17,11 +17,13 @@ from zope.interface.verify import verifyObject
 from imapmig.errors import SourceError
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
     utcFromTimestamp,
 )
+from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, NUL, UNKNOWN
 from imapmig.sources import IMessageSource
 from imapmig.sources.eml import EmlDirectorySource
 from tests.localfiles import describeUnprivileged, makeSocket, makeUnreadable
@@ -81,6 +83,24 @@ class EmlDirectorySourceTests(SynchronousTestCase):
         L{EmlDirectorySource} provides L{IMessageSource}.
         """
         self.assertTrue(verifyObject(IMessageSource, EmlDirectorySource(self.directory(), FOLDER)))
+
+    def test_factsCarried(self) -> None:
+        """
+        The bodies come with the facts of their octets, found as they were
+        read (L{ReadBodies}); a file that is gone has none.
+        """
+        root = self.directory()
+        write(root, "a.eml", b"A: 1\n\nx\n", mtime=1)
+        write(root, "b.eml", b"A: 2\r\n\r\n\0\rz\r\n", mtime=2)
+        write(root, "c.eml", "A: é\r\n\r\n".encode(), mtime=3)
+        gone = write(root, "d.eml", mtime=4)
+        source = EmlDirectorySource(root, FOLDER)
+        messages = self.messages(source)
+        os.unlink(gone)
+        bodies = self.successResultOf(source.readBodies(source.folder, messages))
+        assert isinstance(bodies, ReadBodies)
+        self.assertEqual(list(bodies.facts), [BARE_LF, NUL | BARE_CR, EIGHT_BIT, UNKNOWN])
+        self.assertEqual(bodies[0], b"A: 1\r\n\r\nx\r\n")
 
     def test_oneFolder(self) -> None:
         """

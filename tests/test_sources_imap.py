@@ -40,12 +40,14 @@ from imapmig.imap.session import IMAPSession
 from imapmig.mail.folders import PersonalNamespace
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     StreamedBody,
     UnreadableMessage,
     toCRLF,
 )
+from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, UNKNOWN
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
 from imapmig.sources.imapbodies import SPOOL_ABOVE
@@ -891,6 +893,23 @@ class BodyTests(SourceTestCase):
         del inbox.messages[2]
         read = self.run_(self.source.readBodies(folder, messages))
         self.assertEqual(read, [body(1), UnreadableMessage(EXPUNGED), body(3)])
+
+    def test_factsCarried(self) -> None:
+        """
+        The bodies come with the facts of their octets, found as they were
+        made CRLF (L{ReadBodies}): 8-bit, bare CR, bare LF; a message
+        gone since the listing has none.
+        """
+        stored = [b"a\r\nb\r\n", "\u00e9\r\n".encode(), b"a\nb\r\n", b"a\rb\r\n", b"gone\r\n"]
+        inbox = self.account.folders["INBOX"]
+        for octets in stored:
+            inbox.add(octets)
+        folder, messages = self.listed()
+        del inbox.messages[5]
+        read = self.run_(self.source.readBodies(folder, messages))
+        assert isinstance(read, ReadBodies)
+        self.assertEqual(list(read.facts), [0, EIGHT_BIT, BARE_LF, BARE_CR, UNKNOWN])
+        self.assertEqual(read[:4], [toCRLF(octets) for octets in stored[:4]])
 
     def test_expungeIssued(self) -> None:
         """

@@ -20,12 +20,14 @@ from zope.interface.verify import verifyObject
 from imapmig.errors import SourceError
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
     formatInternalDate,
     utcFromTimestamp,
 )
+from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, NUL, UNKNOWN, crlfAndFactsPython
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import originalName
 from imapmig.sources.maildir import MaildirSource
@@ -699,6 +701,28 @@ class ReadBodiesTests(MaildirTestCase):
             self.bodies(source, messages[::-1]),
             [b"Subject: b\r\n\r\nbody\r\n", b"Subject: a\r\n\r\nline 1\r\nline 2\r\n"],
         )
+
+    def test_factsCarried(self) -> None:
+        """
+        The bodies come with the facts of their octets, found as they were
+        read (L{ReadBodies}): NUL, 8-bit, bare CR, bare LF; a body that
+        could not be read has none.
+        """
+        root = self.maildir()
+        stored = [b"a\nb\n", b"a\r\nb\r\n", b"\0\r\n", "é\r\n".encode(), b"a\rb\r\n"]
+        for i, body in enumerate(stored):
+            deliver(root, "cur", f"170000000{i}.m{i}.host:2,S", body)
+        gone = deliver(root, "cur", "1700000009.gone.host:2,S")
+        source = MaildirSource(root)
+        messages = self.messages(source)
+        os.unlink(gone)
+        bodies = self.successResultOf(source.readBodies(INBOX, messages))
+        assert isinstance(bodies, ReadBodies)
+        self.assertEqual(
+            list(bodies.facts), [BARE_LF, 0, NUL, EIGHT_BIT, BARE_CR, UNKNOWN]
+        )
+        self.assertEqual(bodies[:5], [crlfAndFactsPython(body)[0] for body in stored])
+        self.assertIsInstance(bodies[5], UnreadableMessage)
 
     def test_nothing(self) -> None:
         """

@@ -26,12 +26,14 @@ import imapmig.sources.mbox.window as windowModule
 from imapmig.errors import SourceError
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     StreamedBody,
     UnreadableMessage,
     toCRLF,
 )
+from imapmig.mail.octets import BARE_LF, EIGHT_BIT, NUL, UNKNOWN
 from imapmig.sources import IMessageSource
 from imapmig.sources.mbox import MboxQuoting, MboxSource, parseFromLineDate
 from tests.localfiles import describeUnprivileged, makeSocket, makeUnreadable
@@ -961,6 +963,26 @@ class ReadBodiesTests(MboxTestCase):
             self.bodies(source, [messages[3], messages[1]]), [toCRLF(bodies[3]), toCRLF(bodies[1])]
         )
         self.assertEqual(self.bodies(source, []), [])
+
+    def test_factsCarried(self) -> None:
+        """
+        The bodies come with the facts of their octets, found as they were
+        unescaped and converted (L{ReadBodies}); a message sent from its
+        region of the file carries its own, a message not found has none.
+        """
+        stored = [b"A: 1\n\nFrom me\n", b"A: 2\r\n\r\n\0\r\n", "A: é\n\n>From x\n".encode()]
+        big = b"Subject: big\n\n" + b"line\n" * 20
+        self.patch(module, "LARGE_MESSAGE", 50)
+        source = MboxSource(self.mbox(mboxOf(stored + [big])))
+        messages = self.messages(source)
+        unknown = SourceMessage("7", (), None, 1)
+        bodies = self.successResultOf(source.readBodies(INBOX, messages + [unknown]))
+        assert isinstance(bodies, ReadBodies)
+        self.assertEqual(bodies[:3], [toCRLF(body) for body in stored])
+        self.assertEqual(
+            list(bodies.facts), [BARE_LF, NUL, EIGHT_BIT | BARE_LF, UNKNOWN, UNKNOWN]
+        )
+        self.assertIsInstance(bodies[3], StreamedBody)
 
     def test_withoutListing(self) -> None:
         """

@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import imapmig.sources.messagefile as messagefile
 from imapmig.mail.message import StreamedBody, UnreadableMessage, toCRLF
+from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, NUL
 from imapmig.sources.messagefile import readListedFile, readMessageFile
 from tests.localfiles import makeSocket
 
@@ -131,12 +132,15 @@ class ReadListedFileTests(SynchronousTestCase):
     def test_regular(self) -> None:
         """
         A regular file of the size listed is read, with CRLF line endings
-        (and one already in CRLF comes back as it is).
+        (and one already in CRLF comes back as it is), and the facts of its
+        octets found on the way.
         """
         self.write("m", b"a\nb\n")
         self.write("crlf", b"a\r\nb\r\n")
-        self.assertEqual(readListedFile("m", 4, self.fd), b"a\r\nb\r\n")
-        self.assertEqual(readListedFile("crlf", 6, self.fd), b"a\r\nb\r\n")
+        self.write("odd", b"\0\xe9\rz")
+        self.assertEqual(readListedFile("m", 4, self.fd), (b"a\r\nb\r\n", BARE_LF))
+        self.assertEqual(readListedFile("crlf", 6, self.fd), (b"a\r\nb\r\n", 0))
+        self.assertEqual(readListedFile("odd", 4, self.fd), (b"\0\xe9\rz", NUL | EIGHT_BIT | BARE_CR))
 
     def test_otherSize(self) -> None:
         """

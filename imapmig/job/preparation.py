@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_job, tests.test_job_messageid, tests.test_imap_appendlimit -*-
+# -*- test-case-name: tests.test_job, tests.test_job_preparation, tests.test_job_messageid, tests.test_imap_appendlimit -*-
 """
 Turning what a source read into messages for the destination's pipeline:
 per message its flags, its literal kind and its INTERNALDATE argument, and
@@ -17,6 +17,7 @@ from imapmig.imap.outgoing import OutgoingMessage, appendArguments
 from imapmig.job.recording import JournalTicket, OutcomeRecorder, SentMessage, Target
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     StreamedBody,
@@ -24,6 +25,7 @@ from imapmig.mail.message import (
     formatInternalDate,
 )
 from imapmig.mail.messagenames import namesOfBody
+from imapmig.mail.octets import EIGHT_BIT, NUL, UNKNOWN
 from imapmig.job.units import WorkUnit
 from imapmig.job.presence import PresenceIndex
 from imapmig.state import MessageOutcome, withNames
@@ -60,6 +62,20 @@ _ReadBody = bytes | bytearray | StreamedBody
 """
 A body the source could read.
 """
+
+# The facts (imapmig.mail.octets) that make a body need a literal8.
+_NEEDS_BINARY = NUL | EIGHT_BIT
+
+
+def _factsOf(bodies: Sequence[MessageBody]) -> bytes | bytearray:
+    """
+    What the source's reader found of each body's octets (the facts a
+    L{ReadBodies} carries), or L{UNKNOWN} for each where it found none.
+    """
+    if type(bodies) is ReadBodies and len(bodies.facts) == len(bodies):
+        return bodies.facts
+    return bytes((UNKNOWN,)) * len(bodies)
+
 
 def _flagDecision(
     flags: tuple[str, ...], permanentFlags: frozenset[str] | None
@@ -109,18 +125,15 @@ class MessagePreparation:
         flagCache = destination.flagDecisions
         presence = destination.presence
         sizeLimit = destination.sizeLimit
-        for message, body in zip(chunk, bodies):
-            # The octets first: the common body, bytes, is tested inline
-            # (needsBinary's test) and takes no other type test.
-            if type(body) is bytes:
-                hasNUL = 0 in body
-                has8bit = not body.isascii()
-            elif isinstance(body, UnreadableMessage):
-                reason = f"unreadable in the source: {body.reason}"
-                self.recordFailure(unit.folder, unit.mailbox, message, reason, target.ticket)
-                continue
-            else:
-                hasNUL, has8bit = needsBinary(body)
+        for message, body, found in zip(chunk, bodies, _factsOf(bodies)):
+            # The octets first: the common body, bytes whose facts its
+            # reader found, takes no other test and no call.
+            if found & UNKNOWN or type(body) is not bytes:
+                if isinstance(body, UnreadableMessage):
+                    reason = f"unreadable in the source: {body.reason}"
+                    self.recordFailure(unit.folder, unit.mailbox, message, reason, target.ticket)
+                    continue
+                found = needsBinary(body, found)
             if presence is not None and self._present(unit, target, message, body, presence):
                 continue
             size = len(body)
@@ -128,9 +141,9 @@ class MessagePreparation:
                 self._tooLarge(unit, target, message, body, sizeLimit)
                 continue
             binary = False
-            if hasNUL or has8bit:
+            if found & _NEEDS_BINARY:
                 binary = destination.binary
-                if not binary and self._refused(unit, target, message, body, hasNUL):
+                if not binary and self._refused(unit, target, message, body, bool(found & NUL)):
                     continue
                 # Otherwise 8-bit octets without NUL travel in a plain
                 # literal: RFC 3501 literals are CHAR8, every octet but NUL.

@@ -5,8 +5,9 @@ without I/O: which flags the destination can keep, whether the body needs a
 C{literal8}, and how to recognise a message the destination already holds.
 
 Everything here runs on the hot path: it looks at a message's bytes only
-with C-speed searches (C{in}, C{find}, C{isascii}) and never decodes or
-copies a whole body.
+with C-speed searches (C{in}, C{find}, C{isascii}), and not at all where
+the source's reader found what it needs (L{imapmig.mail.octets}); it never
+decodes or copies a whole body.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Collection
 from attrs import frozen
 
 from imapmig.mail.message import StreamedBody
+from imapmig.mail.octets import EIGHT_BIT, NUL, UNKNOWN
 
 # RFC 3501 system flags a client may set (\Recent is the server's).
 SYSTEM_FLAGS = frozenset({"\\Seen", "\\Answered", "\\Flagged", "\\Deleted", "\\Draft"})
@@ -119,21 +121,32 @@ def _canonicalSystemFlag(flag: str) -> str | None:
 # Literal kinds.
 
 
-def needsBinary(body: bytes | bytearray | StreamedBody) -> tuple[bool, bool]:
+def needsBinary(body: bytes | bytearray | StreamedBody, facts: int = UNKNOWN) -> int:
     """
-    Whether a body holds NUL octets, and whether it holds octets outside
-    7-bit ASCII.
+    What of a body needs a C{literal8}: whether it holds NUL octets
+    (L{NUL}) and octets outside 7-bit ASCII (L{EIGHT_BIT}).
 
     A plain IMAP literal carries any octet but NUL (RFC 3501 CHAR8); a
     C{literal8} (RFC 3516 BINARY) carries everything.
 
-    @return: C{(hasNUL, has8bit)}.
+    @param facts: what its source's reader found of its octets
+        (L{imapmig.mail.octets.crlfAndFacts}, carried in a
+        L{imapmig.mail.message.ReadBodies}); with L{UNKNOWN} (none found),
+        the octets are looked at here.
+    @return: those facts of it, L{NUL} and L{EIGHT_BIT} or'ed (0 for a
+        body a plain literal carries as well as a C{literal8}).
     """
+    if not facts & UNKNOWN:
+        return facts & _NEEDS_BINARY
     if isinstance(body, StreamedBody):
-        return body.hasNUL, not body.isASCII
-    # 0, not b"\x00": an integer needle is a plain memchr (see
-    # imapmig.mail.message._CR).
-    return 0 in body, not body.isascii()
+        return (NUL if body.hasNUL else 0) | (0 if body.isASCII else EIGHT_BIT)
+    # 0, not b"\x00": an integer needle is a plain memchr (C{b"\x00" in
+    # body} first tries the needle as an integer, raising and clearing a
+    # TypeError inside CPython).
+    return (NUL if 0 in body else 0) | (0 if body.isascii() else EIGHT_BIT)
+
+
+_NEEDS_BINARY = NUL | EIGHT_BIT
 
 
 # Recognising messages already in the destination.

@@ -1,7 +1,8 @@
 # -*- test-case-name: tests.test_message -*-
 """
 The message and folder types every source yields and the APPEND pipeline
-sends.  This module imports nothing from the rest of imapmig.
+sends.  This module imports nothing from the rest of imapmig but
+L{imapmig.mail.octets}, the pass over a message's octets.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from datetime import datetime, timezone
 from typing import Iterable, Iterator
 
 from attrs import frozen
+
+from imapmig.mail.octets import EIGHT_BIT, ENDS_CR, NUL, UNKNOWN, crlfAndFacts
 
 _MONTH_OCTETS = (
     b"Jan", b"Feb", b"Mar", b"Apr", b"May", b"Jun",
@@ -130,31 +133,6 @@ class UnreadableMessage:
     """
 
     reason: str
-
-
-# Octets looked for as integers: C{13 in body} is one C{memchr}, where
-# C{b"\r" in body} first tries the needle as an integer, raising and
-# clearing a TypeError inside CPython (about ten times the cost on a 2 KB
-# message).
-_CR = 13
-_NUL = 0
-
-
-def _crlfPiece(chunk: bytes, afterCR: bool) -> bytes:
-    """
-    Convert one chunk of a message to CRLF line endings, as L{toCRLF} does
-    for a whole message: every LF not preceded by a CR gets one.
-
-    @param afterCR: whether the previous chunk ended with a CR (so that a
-        leading LF here already has its CR).
-    """
-    if _CR not in chunk:
-        piece = chunk.replace(b"\n", b"\r\n")
-    else:
-        piece = chunk.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
-    if afterCR and chunk[:1] == b"\n":
-        piece = piece[1:]
-    return piece
 
 
 class StreamedBody:
@@ -286,8 +264,8 @@ class StreamedBody:
         given = 0
         afterCR = False
         for chunk in self._octets(readSize):
-            piece = _crlfPiece(chunk, afterCR)
-            afterCR = chunk[-1:] == b"\r"
+            piece, found = crlfAndFacts(chunk, afterCR, False)
+            afterCR = bool(found & ENDS_CR)
             given += len(piece)
             if given > self._size:
                 break
@@ -299,23 +277,20 @@ class StreamedBody:
 def measure(chunks: Iterable[bytes]) -> tuple[int, bool, bool]:
     """
     Count what L{StreamedBody} needs to know of a message before it is
-    sent.
+    sent, in one pass over each chunk (L{crlfAndFacts}).
 
     @param chunks: the message as stored, in order, in non-empty pieces.
     @return: its size converted to CRLF, whether it holds a NUL octet, and
         whether every octet is 7-bit ASCII.
     """
-    size = 0
-    afterCR = hasNUL = False
-    isASCII = True
+    size = facts = 0
+    afterCR = False
     for chunk in chunks:
-        size += len(_crlfPiece(chunk, afterCR))
-        afterCR = chunk[-1:] == b"\r"
-        if isASCII and not chunk.isascii():
-            isASCII = False
-        if not hasNUL and _NUL in chunk:
-            hasNUL = True
-    return size, hasNUL, isASCII
+        piece, found = crlfAndFacts(chunk, afterCR, False)
+        size += len(piece)
+        afterCR = bool(found & ENDS_CR)
+        facts |= found
+    return size, bool(facts & NUL), not facts & EIGHT_BIT
 
 
 MessageBody = bytes | bytearray | StreamedBody | UnreadableMessage
@@ -325,24 +300,48 @@ messages), or why it could not be read.
 """
 
 
+class ReadBodies(list[MessageBody]):
+    """
+    The bodies one read of a source gives, in order, with what its reader
+    found of each body's octets as it converted them to CRLF
+    (L{crlfAndFacts}): C{facts[i]}, the facts of body C{i}, or
+    L{UNKNOWN} where none were found (a L{StreamedBody}, which carries
+    its own, an L{UnreadableMessage}, or a body read on a rare path).  The
+    job's preparation decides each literal's kind from them instead of
+    looking at every octet again.
+
+    A list, so that what takes the bodies of a read takes these; code that
+    makes another list of them loses the facts, and the octets are then
+    looked at again.
+
+    @ivar facts: an octet per body.
+    """
+
+    __slots__ = ("facts",)
+
+    def __init__(self) -> None:
+        list.__init__(self)
+        self.facts = bytearray()
+
+    def add(self, body: MessageBody, facts: int = UNKNOWN) -> None:
+        """
+        Append C{body} and its C{facts}.
+        """
+        self.append(body)
+        self.facts.append(facts)
+
+
 def toCRLF(body: bytes) -> bytes:
     """
-    Return C{body} with every bare LF turned into CRLF, as IMAP requires.
-
-    Maildir and mbox files usually store bare LF.  This runs at C speed: a
-    body without any CR (the common case) costs one C{memchr} scan and one
-    C{replace}; a body already in CRLF throughout is returned as the same
-    object, uncopied.
+    Return C{body} with every bare LF turned into CRLF, as IMAP requires
+    (L{crlfAndFacts}, whose facts a source's reader keeps: see
+    L{ReadBodies}).  A body already in CRLF throughout is returned as the
+    same object, uncopied.
 
     @param body: the message as stored.
     @return: the message with CRLF line endings.
     """
-    if _CR not in body:
-        return body.replace(b"\n", b"\r\n")
-    lf = body.count(b"\n")
-    if body.count(b"\r\n") == lf:
-        return body
-    return body.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    return crlfAndFacts(body)[0]
 
 
 def formatInternalDate(when: datetime) -> bytes:

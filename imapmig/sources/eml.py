@@ -18,6 +18,7 @@ from zope.interface import implementer
 from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
@@ -36,7 +37,8 @@ from imapmig.sources.local import (
     unreadableAll,
     walkTree,
 )
-from imapmig.sources.messagefile import readOpenFile
+from imapmig.mail.octets import UNKNOWN
+from imapmig.sources.messagefile import readOpenFileNoting
 
 __all__ = ["EmlDirectorySource"]
 
@@ -157,9 +159,10 @@ class EmlDirectorySource:
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
     ) -> Deferred[Sequence[MessageBody]]:
         """
-        Read the bodies of C{messages}, in order, with CRLF line endings; a
-        file that is gone or cannot be read, or was listed as something
-        else than a regular file, is an L{UnreadableMessage}.
+        Read the bodies of C{messages}, in order, with CRLF line endings
+        (a L{ReadBodies}, with the facts of their octets); a file that is
+        gone or cannot be read, or was listed as something else than a
+        regular file, is an L{UnreadableMessage}.
         """
         if not messages:
             return succeed([])
@@ -168,31 +171,38 @@ class EmlDirectorySource:
         except SourceError as e:
             return succeed(unreadableAll(str(e), messages))
         shownRoot = carriedName(self.path)
+        bodies = ReadBodies()
         with tree:
-            return succeed([self._body(tree, shownRoot, message) for message in messages])
+            for message in messages:
+                bodies.add(*self._body(tree, shownRoot, message))
+        return succeed(bodies)
 
-    def _body(self, tree: OpenTree, shownRoot: str, message: SourceMessage) -> MessageBody:
+    def _body(
+        self, tree: OpenTree, shownRoot: str, message: SourceMessage
+    ) -> tuple[MessageBody, int]:
         """
         Read the file of one message (listed, or named by its key after a
-        restart).
+        restart), with the facts of its octets.
         """
         entry = self._entries.get(message.key) or _unlisted(message.key)
         if entry is None:
-            return UnreadableMessage(f"not a message of {shownRoot}: {message.key}")
+            return UnreadableMessage(f"not a message of {shownRoot}: {message.key}"), UNKNOWN
         if entry.problem is not None:
-            return UnreadableMessage(entry.problem)
+            return UnreadableMessage(entry.problem), UNKNOWN
         return _read(tree, shownRoot, entry.relative, message.size)
 
 
-def _read(tree: OpenTree, shownRoot: str, relative: str, size: int) -> MessageBody:
+def _read(tree: OpenTree, shownRoot: str, relative: str, size: int) -> tuple[MessageBody, int]:
     """
-    Read one message file beneath the directory.
+    Read one message file beneath the directory, with the facts of its
+    octets.
     """
     try:
         fd = tree.open(relative)
     except (LeavesTree, OSError) as e:
-        return UnreadableMessage(openProblem(os.path.join(shownRoot, carriedName(relative)), e))
-    return readOpenFile(fd, shownRoot, relative, size)
+        shown = os.path.join(shownRoot, carriedName(relative))
+        return UnreadableMessage(openProblem(shown, e)), UNKNOWN
+    return readOpenFileNoting(fd, shownRoot, relative, size)
 
 
 def _unlisted(key: str) -> _EmlEntry | None:

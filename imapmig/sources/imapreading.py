@@ -26,12 +26,13 @@ from imapmig.imap.spool import SpooledLiteral
 from imapmig.mail.messagenames import HEADER_FIELDS
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     StreamedBody,
     UnreadableMessage,
-    toCRLF,
 )
+from imapmig.mail.octets import UNKNOWN, crlfAndFacts
 from imapmig.sources.imapbodies import Body, BodyFetcher, closeSpooled
 from imapmig.sources.imapnuls import NULRestorer, nulRestorerFor
 from imapmig.sources.imappool import PooledSession
@@ -65,27 +66,15 @@ def _headerOf(item: FetchedItem) -> tuple[int | None, bytes | None]:
 
 def asCRLF(body: bytes) -> bytes:
     """
-    C{body} with CRLF line endings: exactly what L{toCRLF} gives, for less
-    work on what an IMAP server sends (CRLF throughout).
-
-    L{toCRLF} counts LF and CRLF over the whole body (C{bytes.count}: a
-    loop over every octet, twice); here a body holding CR is checked by
-    deleting its CRs and turning each LF into CRLF (C{bytes.replace} of a
-    single octet: C{memchr} from one line end to the next) and comparing
-    the result with the body (C{memcmp}).  They are equal exactly when
-    every CR is followed by LF and every LF preceded by CR: the body is
-    CRLF throughout, and L{toCRLF} would return it unchanged.  Any other
-    body (a bare CR or LF) is left to L{toCRLF}.
+    C{body} with CRLF line endings: exactly what L{imapmig.mail.message.toCRLF} gives, in one
+    pass (L{imapmig.mail.octets.crlfAndFacts}: C{body} itself when it is
+    CRLF throughout, as IMAP servers send it).
 
     @param body: the message as the server sent it.
     @return: the message with CRLF line endings (C{body} itself when it
         has them already).
     """
-    if 13 not in body:
-        return body.replace(b"\n", b"\r\n")
-    if body.replace(b"\r", b"").replace(b"\n", b"\r\n") == body:
-        return body
-    return toCRLF(body)
+    return crlfAndFacts(body)[0]
 
 
 @frozen
@@ -324,22 +313,23 @@ class BodyReader:
         plan: BodyPlan,
         fetched: dict[int, Body],
         refusalOf: dict[int, CommandFailed],
-    ) -> list[MessageBody]:
+    ) -> ReadBodies:
         """
         What L{imapmig.sources.imap.IMAPSource.readBodies} returns for the
-        messages of C{plan}, from what was C{fetched}; a spooled body
-        becomes a L{StreamedBody} that owns its file.
+        messages of C{plan}, from what was C{fetched}, with the facts of
+        each body held in memory (L{ReadBodies}); a spooled body becomes a
+        L{StreamedBody} that owns its file.
         """
-        bodies: list[MessageBody] = []
-        made: dict[int | None, MessageBody] = {}
+        bodies = ReadBodies()
+        made: dict[int | None, tuple[MessageBody, int]] = {}
         for uid in plan.uids:
             if uid in made:
-                body = made[uid]
+                body, facts = made[uid]
             elif uid in fetched and uid not in plan.tooLarge:
-                body = made[uid] = self.messageBody(folder, uid, fetched.pop(uid))
+                body, facts = made[uid] = self.messageBodyAndFacts(folder, uid, fetched.pop(uid))
             else:
-                body = self._unread(uid, plan, refusalOf)
-            bodies.append(body)
+                body, facts = self._unread(uid, plan, refusalOf), UNKNOWN
+            bodies.add(body, facts)
         return bodies
 
     def _unread(
@@ -367,13 +357,22 @@ class BodyReader:
         """
         One fetched body as a source hands it on: CRLF in memory
         (L{asCRLF}), or a L{StreamedBody} on its spool file (converted to
-        CRLF as it is read, as L{toCRLF} would).
+        CRLF as it is read, as L{imapmig.mail.message.toCRLF} would).
+        """
+        return self.messageBodyAndFacts(folder, uid, body)[0]
+
+    def messageBodyAndFacts(
+        self, folder: SourceFolder, uid: int, body: Body
+    ) -> tuple[MessageBody, int]:
+        """
+        L{messageBody}, and the facts of its octets found as a body held in
+        memory was made CRLF (L{crlfAndFacts}), or L{UNKNOWN}.
         """
         if body is None:
-            return UnreadableMessage("the source server sent NIL for its body")
+            return UnreadableMessage("the source server sent NIL for its body"), UNKNOWN
         if isinstance(body, SpooledLiteral):
-            return _streamed(folder, uid, body)
-        return asCRLF(body)
+            return _streamed(folder, uid, body), UNKNOWN
+        return crlfAndFacts(body)
 
 
 def _streamed(folder: SourceFolder, uid: int, body: SpooledLiteral) -> MessageBody:

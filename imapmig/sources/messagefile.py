@@ -12,7 +12,8 @@ import errno
 import os
 import stat
 
-from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage, toCRLF
+from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage
+from imapmig.mail.octets import UNKNOWN, crlfAndFacts
 from imapmig.sources.local import FILE_FLAGS, describe, notRegular, shownPath
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "readListedFile",
     "readMessageFile",
     "readOpenFile",
+    "readOpenFileNoting",
 ]
 
 # Messages larger than this are not read into memory: they are sent from
@@ -61,18 +63,20 @@ def readMessageFile(
     return readOpenFile(fd, directory, name, listedSize)
 
 
-def readListedFile(name: str, listedSize: int, dirFd: int) -> bytes | None:
+def readListedFile(name: str, listedSize: int, dirFd: int) -> tuple[bytes, int] | None:
     """
     The common case of L{readMessageFile}, on the hot path: a regular file
     of C{listedSize} octets (1 to L{LARGE_MESSAGE}) that still has that
-    size, read in one C{read} with CRLF line endings.
+    size, read in one C{read} with CRLF line endings, its facts found on
+    the way (L{crlfAndFacts}).
 
     @param name: the file, relative to C{dirFd}.
     @param listedSize: its size as the listing saw it.
     @param dirFd: the open directory holding it.
-    @return: the body, or L{None} for anything else (the file is gone, or
-        cannot be opened or read, or has another size, or is something else
-        than a regular file by now): then L{readMessageFile} says what.
+    @return: the body and its facts (for L{ReadBodies}), or L{None} for
+        anything else (the file is gone, or cannot be opened or read, or
+        has another size, or is something else than a regular file by
+        now): then L{readMessageFile} says what.
     """
     try:
         fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
@@ -88,10 +92,7 @@ def readListedFile(name: str, listedSize: int, dirFd: int) -> bytes | None:
         # It grew (an octet more than expected), shrank, or is not a
         # regular file at all (a FIFO put in its place reads as empty).
         return None
-    if 13 not in data:
-        # toCRLF's common case (no CR at all), without the call.
-        return data.replace(b"\n", b"\r\n")
-    return toCRLF(data)
+    return crlfAndFacts(data)
 
 
 def _unreadable(shown: str, error: OSError) -> UnreadableMessage:
@@ -122,6 +123,16 @@ def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0)
     @param name: its name (or path) in that directory.
     @param listedSize: its size as the listing saw it, if known (else 0).
     """
+    return readOpenFileNoting(fd, directory, name, listedSize)[0]
+
+
+def readOpenFileNoting(
+    fd: int, directory: str | None, name: str, listedSize: int = 0
+) -> tuple[MessageBody, int]:
+    """
+    L{readOpenFile}, with the facts of the body (L{crlfAndFacts}) when it
+    was read whole, else L{UNKNOWN}: for a source's L{ReadBodies}.
+    """
     body: MessageBody | None = None
     try:
         try:
@@ -130,8 +141,10 @@ def readOpenFile(fd: int, directory: str | None, name: str, listedSize: int = 0)
             if not isinstance(body, StreamedBody):
                 os.close(fd)
     except OSError as e:
-        return _unreadable(shownPath(directory, name), e)
-    return toCRLF(body) if isinstance(body, bytes) else body
+        return _unreadable(shownPath(directory, name), e), UNKNOWN
+    if isinstance(body, bytes):
+        return crlfAndFacts(body)
+    return body, UNKNOWN
 
 
 def _readDescriptor(fd: int, directory: str | None, name: str, listedSize: int) -> MessageBody:

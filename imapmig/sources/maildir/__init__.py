@@ -23,6 +23,7 @@ from zope.interface import implementer
 from imapmig.errors import SourceError
 from imapmig.mail.message import (
     MessageBody,
+    ReadBodies,
     SourceFolder,
     SourceMessage,
     UnreadableMessage,
@@ -327,25 +328,32 @@ class _Batch:
     def __exit__(self, *excInfo: object) -> None:
         self._opened.close()
 
-    def read(self, messages: Sequence[SourceMessage]) -> list[MessageBody]:
+    def read(self, messages: Sequence[SourceMessage]) -> ReadBodies:
         """
-        The bodies of C{messages}, in order.
+        The bodies of C{messages}, in order, with the facts of their octets
+        found as they were read (where the common case read them).
         """
-        bodies: list[MessageBody] = []
+        bodies = ReadBodies()
+        append, note = bodies.append, bodies.facts.append
         try:
             for message in messages:
                 located = self._files.locate(message.key)
-                body = None
+                read = None
                 size = message.size
                 if located is not None and located[2] is None and 0 < size <= LARGE_MESSAGE:
                     # The common case, inline (once per message): one open,
                     # read, close.
                     fd = self._opened.descriptors[located[0]]
-                    body = None if fd is None else readListedFile(located[1], size, fd)
-                bodies.append(body if body is not None else self._body(message, located))
+                    read = None if fd is None else readListedFile(located[1], size, fd)
+                if read is not None:
+                    append(read[0])
+                    note(read[1])
+                else:
+                    bodies.add(self._body(message, located))
         except SourceError as e:
             # The folder became unreadable while being read again.
-            bodies += unreadableAll(str(e), messages[len(bodies) :])
+            for body in unreadableAll(str(e), messages[len(bodies) :]):
+                bodies.add(body)
         return bodies
 
     def _body(self, message: SourceMessage, located: Located | None) -> MessageBody:

@@ -176,9 +176,9 @@ class OpenFolder:
             return None
         if 0 < size <= LARGE_MESSAGE:
             # The common case: one open, read, close.
-            body = readListedFile(name, size, fd)
-            if body is not None:
-                return body
+            read = readListedFile(name, size, fd)
+            if read is not None:
+                return read[0]
         return readMessageFile(name, size, fd, self._shownDirectories[index])
 
     def _readIrregular(

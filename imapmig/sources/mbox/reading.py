@@ -12,7 +12,8 @@ import zlib
 from typing import Sequence
 
 from imapmig.errors import LeavesTree
-from imapmig.mail.message import MessageBody, SourceMessage, UnreadableMessage, toCRLF
+from imapmig.mail.message import MessageBody, ReadBodies, SourceMessage, UnreadableMessage
+from imapmig.mail.octets import UNKNOWN, crlfAndFacts
 from imapmig.sources.local import describe, openProblem, unreadableAll
 from imapmig.sources.messagefile import LARGE_MESSAGE, READ_CHUNK
 from imapmig.sources.mbox.quoting import UNESCAPE, MboxQuoting
@@ -63,17 +64,18 @@ def readMessages(
         fd = openFile(root, index.file)
     except (LeavesTree, OSError) as e:
         return unreadableAll(openProblem(index.file.shown, e), messages)
+    bodies = ReadBodies()
     try:
-        return [
-            (
-                readMessage(fd, index, position, quoting)
-                if position >= 0
-                else UnreadableMessage(f"no message at offset {message.key} in {index.file.shown}")
-            )
-            for message, position in zip(messages, positions)
-        ]
+        for message, position in zip(messages, positions):
+            if position >= 0:
+                bodies.add(*readMessage(fd, index, position, quoting))
+            else:
+                bodies.add(
+                    UnreadableMessage(f"no message at offset {message.key} in {index.file.shown}")
+                )
     finally:
         os.close(fd)
+    return bodies
 
 
 def placeProblem(fd: int, index: MessageIndex, position: int) -> str | None:
@@ -125,44 +127,48 @@ def _nextMoved(fd: int, index: MessageIndex, position: int) -> bool:
     return os.pread(fd, 6, index.offsets[position + 1] - 1) != b"\nFrom "
 
 
-def readMessage(fd: int, index: MessageIndex, position: int, quoting: MboxQuoting) -> MessageBody:
+def readMessage(
+    fd: int, index: MessageIndex, position: int, quoting: MboxQuoting
+) -> tuple[MessageBody, int]:
     """
     Read, check and unescape one message of an open mbox file, and convert
-    it to CRLF; a message larger than L{LARGE_MESSAGE} is sent from the
-    file (a L{RegionBody} on a duplicate of C{fd}).
+    it to CRLF, noting the facts of its octets (L{crlfAndFacts}); a
+    message larger than L{LARGE_MESSAGE} is sent from the file (a
+    L{RegionBody} on a duplicate of C{fd}, which carries its own).
 
     @param index: where the file's messages lie.
     @param position: the message's place in C{index}.
+    @return: the body, and its facts (L{UNKNOWN} for any but C{bytes}).
     """
     length = index.lengths[position]
     try:
         problem = placeProblem(fd, index, position)
         if problem is not None:
-            return UnreadableMessage(problem)
+            return UnreadableMessage(problem), UNKNOWN
         if length - index.escapes[position] > LARGE_MESSAGE:
-            return _regionBody(fd, index, position, quoting)
+            return _regionBody(fd, index, position, quoting), UNKNOWN
         data = os.pread(fd, length, index.starts[position])
     except OSError as e:
-        return UnreadableMessage(f"cannot read {index.file.shown}: {describe(e)}")
+        return UnreadableMessage(f"cannot read {index.file.shown}: {describe(e)}"), UNKNOWN
     return _unescaped(data, index, position, quoting)
 
 
 def _unescaped(
     data: bytes, index: MessageIndex, position: int, quoting: MboxQuoting
-) -> MessageBody:
+) -> tuple[MessageBody, int]:
     """
     A message as read from the file, checked, unescaped and converted to
-    CRLF (see L{readMessage}).
+    CRLF, with its facts (see L{readMessage}).
     """
     length = index.lengths[position]
     escapes = index.escapes[position]
     if len(data) < length:
-        return _truncated(index, position)
+        return _truncated(index, position), UNKNOWN
     if escapes:
         data = UNESCAPE[quoting].sub(rb"\1", data)
         if len(data) != length - escapes:
-            return _differs(index, position)
-    return toCRLF(data)
+            return _differs(index, position), UNKNOWN
+    return crlfAndFacts(data)
 
 
 def _regionBody(fd: int, index: MessageIndex, position: int, quoting: MboxQuoting) -> MessageBody:

@@ -1,0 +1,520 @@
+/*
+ * imapmig.mail._octets: the one pass over a message's octets (issue 31).
+ *
+ * crlfAndFacts(data, afterCR=False, last=True) -> (converted, facts)
+ *
+ * The same function as imapmig.mail.octets.crlfAndFactsPython, which is the
+ * reference and the fallback where this extension was not built (no
+ * compiler): every LF not preceded by a CR gets one, and what was found of
+ * the octets on the way (NUL, 8-bit, bare CR, bare LF, a CR at the end of a
+ * piece) comes back as bit flags.  tests.test_mail_octets runs both on the
+ * same bodies.
+ *
+ * A first pass, read-only, finds the facts and counts the LFs that need a
+ * CR; a body that needs none (already CRLF throughout, or no LF at all) is
+ * returned as the same object, uncopied.  Otherwise a second pass copies it
+ * into a bytes object of the final size, adding the CRs.  With AVX2 the
+ * first pass stops at the first LF that needs a CR, and from there one pass
+ * finds the facts and converts (convertFused), into room guessed and
+ * trimmed at the end: an octet is looked at once.  On x86-64 the
+ * passes take 32 octets a step where the processor has AVX2 (checked when
+ * the module is imported), else 16 (SSE2, which every x86-64 has); the NUL
+ * and 8-bit octets are or'ed into two vectors looked at once at the end,
+ * and only a step holding a CR or an LF is looked at further.  Elsewhere,
+ * and for the last octets of a body, one octet a step.
+ *
+ * The first version (fe1a9e9) took 16 octets a step everywhere, looked at
+ * every step holding an LF, an 8-bit octet or a NUL, and counted LFs with
+ * libgcc's __popcountdi2: about 3.9 instructions an octet, more than the
+ * passes it replaced (bench/results/cpu.md, "Fourth round").
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* OCTETS_PORTABLE: octet by octet only, as on a processor other than
+ * x86-64 (tests.test_mail_octets builds it so to test that path). */
+#if defined(__SSE2__) && !defined(OCTETS_PORTABLE)
+#include <emmintrin.h>
+#define OCTETS_SSE2 1
+#endif
+#if defined(__GNUC__)
+#define INLINE inline __attribute__((always_inline))
+#else
+#define INLINE inline
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(OCTETS_PORTABLE)
+#include <immintrin.h>
+#define OCTETS_AVX2 1
+#define AVX2 __attribute__((target("avx2,popcnt")))
+#endif
+
+/* The facts (imapmig.mail.octets names them). */
+#define FACT_NUL 1
+#define FACT_EIGHT_BIT 2
+#define FACT_BARE_CR 4
+#define FACT_BARE_LF 8
+#define FACT_ENDS_CR 16
+
+/* Whether this processor has AVX2 (set when the module is imported). */
+static int haveAVX2 = 0;
+
+/*
+ * What the first pass found so far: the facts, the LFs that need a CR,
+ * whether the octet before the next one is a CR.
+ */
+typedef struct {
+    unsigned int facts;
+    Py_ssize_t bareLF;
+    unsigned int prevCR;
+} Scan;
+
+/* Octet by octet: p[i..n) into s. */
+static void
+scanOctets(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s)
+{
+    unsigned int cr = s->prevCR, found = 0;
+    Py_ssize_t lfs = 0;
+    for (; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == '\n') {
+            lfs += !cr;
+        }
+        else {
+            if (cr) {
+                found |= FACT_BARE_CR;
+            }
+            if (c == 0) {
+                found |= FACT_NUL;
+            }
+            else if (c & 0x80) {
+                found |= FACT_EIGHT_BIT;
+            }
+        }
+        cr = (c == '\r');
+    }
+    s->prevCR = cr;
+    s->facts |= found;
+    s->bareLF += lfs;
+}
+
+/*
+ * The line ends of one step of w octets (w <= 32): lfs and crs their bit
+ * masks, s->prevCR the CR before them.  Counts the LFs without a CR and
+ * notes a CR followed by something else than LF.
+ */
+static INLINE void
+lineEnds(uint32_t lfs, uint32_t crs, unsigned int w, Scan *s, int popcnt)
+{
+    uint64_t crBefore = ((uint64_t)crs << 1) | s->prevCR;
+    uint32_t bare = lfs & ~(uint32_t)crBefore;
+    if (popcnt) {
+        s->bareLF += __builtin_popcount(bare);
+    }
+    else {
+        for (; bare; bare &= bare - 1) {
+            s->bareLF++;
+        }
+    }
+    if (crBefore & ~(uint64_t)lfs & (((uint64_t)1 << w) - 1)) {
+        s->facts |= FACT_BARE_CR;
+    }
+    s->prevCR = (unsigned int)(crBefore >> w) & 1;
+}
+
+#ifdef OCTETS_SSE2
+/* 16 octets a step, from i while 16 are left; returns where it stopped. */
+static Py_ssize_t
+scanSSE2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s)
+{
+    const __m128i lf = _mm_set1_epi8('\n');
+    const __m128i cr = _mm_set1_epi8('\r');
+    const __m128i zero = _mm_setzero_si128();
+    __m128i high = zero, nul = zero;
+    for (; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        high = _mm_or_si128(high, v);
+        nul = _mm_or_si128(nul, _mm_cmpeq_epi8(v, zero));
+        uint32_t lfs = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, lf));
+        uint32_t crs = (uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(v, cr));
+        if (lfs | crs | s->prevCR) {
+            lineEnds(lfs, crs, 16, s, 0);
+        }
+    }
+    s->facts |= (_mm_movemask_epi8(high) ? FACT_EIGHT_BIT : 0)
+        | (_mm_movemask_epi8(nul) ? FACT_NUL : 0);
+    return i;
+}
+#endif
+
+#ifdef OCTETS_AVX2
+/*
+ * 32 octets a step, from i while 32 are left; returns where it stopped:
+ * with stop, before the first step holding an LF that needs a CR.
+ */
+AVX2 static Py_ssize_t
+scanAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, Scan *s, int stop)
+{
+    const __m256i lf = _mm256_set1_epi8('\n');
+    const __m256i cr = _mm256_set1_epi8('\r');
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i high = zero, nul = zero;
+    for (; i + 32 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        high = _mm256_or_si256(high, v);
+        nul = _mm256_or_si256(nul, _mm256_cmpeq_epi8(v, zero));
+        uint32_t lfs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, lf));
+        uint32_t crs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cr));
+        if (lfs | crs | s->prevCR) {
+            if (stop && (lfs & ~((crs << 1) | s->prevCR))) {
+                break;
+            }
+            lineEnds(lfs, crs, 32, s, 1);
+        }
+    }
+    s->facts |= (_mm256_movemask_epi8(high) ? FACT_EIGHT_BIT : 0)
+        | (_mm256_movemask_epi8(nul) ? FACT_NUL : 0);
+    return i;
+}
+#endif
+
+/*
+ * The first pass over p[0..n), the octet before p[0] being a CR when
+ * afterCR: 32 octets a step with AVX2 (when wide and the processor has
+ * it), then 16 with SSE2 (every x86-64 has it), then one.
+ */
+static Scan
+findFacts(const unsigned char *p, Py_ssize_t n, int afterCR, int wide, Py_ssize_t *fuseAt)
+{
+    Scan s = {0, 0, (unsigned int)afterCR};
+    Py_ssize_t i = 0;
+    (void)wide;
+    *fuseAt = -1;
+#ifdef OCTETS_AVX2
+    if (wide && haveAVX2) {
+        i = scanAVX2(p, i, n, &s, 1);
+        if (i + 64 <= n) {
+            /* An LF needs a CR, with two steps left at least: the rest
+             * is looked at as it is converted (convertFused). */
+            *fuseAt = i;
+            return s;
+        }
+        i = scanAVX2(p, i, n, &s, 0);
+    }
+#endif
+#ifdef OCTETS_SSE2
+    i = scanSSE2(p, i, n, &s);
+#endif
+    scanOctets(p, i, n, &s);
+    if (s.bareLF) {
+        s.facts |= FACT_BARE_LF;
+    }
+    return s;
+}
+
+/*
+ * The second pass copies p[i..n) to out, a CR before every LF not
+ * preceded by one (*prevCR: whether the octet before p[i] is a CR); out
+ * has room for exactly the octets left plus those CRs.
+ *
+ * Each piece between LFs is copied with one store of a whole step from
+ * where the piece starts: what it writes beyond the piece is overwritten
+ * by the next store.  With two steps of input left at least, such a store
+ * stays within both the input and the output (the output left is never
+ * shorter than the input left).
+ */
+#ifdef OCTETS_AVX2
+AVX2 static Py_ssize_t
+convertAVX2(const unsigned char *p, Py_ssize_t i, Py_ssize_t n, unsigned int *prevCR,
+            unsigned char **to)
+{
+    const __m256i lf = _mm256_set1_epi8('\n');
+    const __m256i cr = _mm256_set1_epi8('\r');
+    unsigned char *out = *to;
+    unsigned int before = *prevCR;
+    for (; i + 64 <= n; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        uint32_t lfs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, lf));
+        uint32_t crs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cr));
+        uint32_t bare = lfs & ~((crs << 1) | before);
+        before = crs >> 31;
+        if (bare == 0) {
+            _mm256_storeu_si256((__m256i *)out, v);
+            out += 32;
+            continue;
+        }
+        unsigned int start = 0;
+        do {
+            unsigned int at = (unsigned int)__builtin_ctz(bare);
+            bare &= bare - 1;
+            _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + start)));
+            out += at - start;
+            *out++ = '\r';
+            start = at;
+        } while (bare);
+        _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + start)));
+        out += 32 - start;
+    }
+    *prevCR = before;
+    *to = out;
+    return i;
+}
+#endif
+
+static void convert(const unsigned char *p, Py_ssize_t n, int afterCR, unsigned char *out,
+                    int wide);
+
+#ifdef OCTETS_AVX2
+/*
+ * The one pass where the AVX2 steps found an LF that needs a CR at i (with
+ * two steps left at least): p[0..i) copied as it is, then from i the facts
+ * found and the octets converted in the same steps, into a bytes object
+ * sized by a guess (an LF a CR in 16 octets, plus a step); when that room
+ * runs short, or for the last octets, the rest is counted first
+ * (findFacts's steps), the object sized exactly, and the rest converted
+ * (convert).  s: the facts of p[0..i), then of all of p.
+ */
+AVX2 static PyObject *
+convertFused(const unsigned char *p, Py_ssize_t n, Py_ssize_t i, Scan *s)
+{
+    Py_ssize_t room = n + (n - i) / 16 + 64;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, room);
+    if (result == NULL) {
+        return NULL;
+    }
+    unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result);
+    unsigned char *out = start + i, *end = start + room;
+    memcpy(start, p, (size_t)i);
+    const __m256i lf = _mm256_set1_epi8('\n');
+    const __m256i cr = _mm256_set1_epi8('\r');
+    const __m256i zero = _mm256_setzero_si256();
+    __m256i high = zero, nul = zero;
+    unsigned int before = s->prevCR, found = 0;
+    /* A step writes 64 octets at most, and its stores reach 32 beyond. */
+    for (; i + 64 <= n && end - out >= 96; i += 32) {
+        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
+        high = _mm256_or_si256(high, v);
+        nul = _mm256_or_si256(nul, _mm256_cmpeq_epi8(v, zero));
+        uint32_t lfs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, lf));
+        uint32_t crs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cr));
+        uint32_t crBefore = (crs << 1) | before;
+        uint32_t bare = lfs & ~crBefore;
+        if (crBefore & ~lfs) {
+            found |= FACT_BARE_CR;
+        }
+        before = crs >> 31;
+        if (bare == 0) {
+            _mm256_storeu_si256((__m256i *)out, v);
+            out += 32;
+            continue;
+        }
+        unsigned int at, piece = 0;
+        do {
+            at = (unsigned int)__builtin_ctz(bare);
+            bare &= bare - 1;
+            _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + piece)));
+            out += at - piece;
+            *out++ = '\r';
+            piece = at;
+        } while (bare);
+        _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + piece)));
+        out += 32 - piece;
+    }
+    s->facts |= found | FACT_BARE_LF | (_mm256_movemask_epi8(high) ? FACT_EIGHT_BIT : 0)
+        | (_mm256_movemask_epi8(nul) ? FACT_NUL : 0);
+    Scan rest = {0, 0, before};
+    Py_ssize_t j = scanAVX2(p, i, n, &rest, 0);
+    j = scanSSE2(p, j, n, &rest);
+    scanOctets(p, j, n, &rest);
+    Py_ssize_t done = out - start, size = done + (n - i) + rest.bareLF;
+    if (size != room) {
+        if (_PyBytes_Resize(&result, size) < 0) {
+            return NULL;
+        }
+        start = (unsigned char *)PyBytes_AS_STRING(result);
+    }
+    convert(p + i, n - i, (int)before, start + done, 1);
+    s->facts |= rest.facts;
+    s->prevCR = rest.prevCR;
+    return result;
+}
+#endif
+
+static void
+convert(const unsigned char *p, Py_ssize_t n, int afterCR, unsigned char *out, int wide)
+{
+    Py_ssize_t i = 0;
+    unsigned int prevCR = (unsigned int)afterCR;
+    (void)wide;
+#ifdef OCTETS_AVX2
+    if (wide && haveAVX2) {
+        i = convertAVX2(p, i, n, &prevCR, &out);
+    }
+#endif
+#ifdef OCTETS_SSE2
+    const __m128i lf = _mm_set1_epi8('\n');
+    const __m128i cr = _mm_set1_epi8('\r');
+    for (; i + 32 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(p + i));
+        unsigned int lfs = (unsigned int)_mm_movemask_epi8(_mm_cmpeq_epi8(v, lf));
+        unsigned int crs = (unsigned int)_mm_movemask_epi8(_mm_cmpeq_epi8(v, cr));
+        unsigned int bare = lfs & ~((crs << 1) | prevCR);
+        prevCR = crs >> 15;
+        if (bare == 0) {
+            _mm_storeu_si128((__m128i *)out, v);
+            out += 16;
+            continue;
+        }
+        unsigned int start = 0;
+        do {
+            unsigned int at = (unsigned int)__builtin_ctz(bare);
+            bare &= bare - 1;
+            _mm_storeu_si128((__m128i *)out, _mm_loadu_si128((const __m128i *)(p + i + start)));
+            out += at - start;
+            *out++ = '\r';
+            start = at;
+        } while (bare);
+        _mm_storeu_si128((__m128i *)out, _mm_loadu_si128((const __m128i *)(p + i + start)));
+        out += 16 - start;
+    }
+#endif
+    for (; i < n; i++) {
+        unsigned char c = p[i];
+        if (c == '\n' && !prevCR) {
+            *out++ = '\r';
+        }
+        *out++ = c;
+        prevCR = (c == '\r');
+    }
+}
+
+PyDoc_STRVAR(crlfAndFacts_doc,
+"crlfAndFacts(data, afterCR=False, last=True) -> (converted, facts)\n\n"
+"data with a CR before every LF not preceded by one (data itself when no\n"
+"LF needs one), and the facts found on the way.  See\n"
+"imapmig.mail.octets.crlfAndFacts.");
+
+PyDoc_STRVAR(crlfAndFactsBaseline_doc,
+"crlfAndFactsBaseline(data, afterCR=False, last=True) -> (converted, facts)\n\n"
+"crlfAndFacts without its AVX2 steps (SSE2 on x86-64, else octet by\n"
+"octet), for the tests: what a processor without AVX2 runs.");
+
+static PyObject *
+crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
+{
+    if (nargs < 1 || nargs > 3) {
+        PyErr_SetString(PyExc_TypeError, "crlfAndFacts() takes 1 to 3 positional arguments");
+        return NULL;
+    }
+    PyObject *data = args[0];
+    if (!PyBytes_Check(data)) {
+        PyErr_Format(PyExc_TypeError, "crlfAndFacts() needs bytes, not %.100s",
+                     Py_TYPE(data)->tp_name);
+        return NULL;
+    }
+    int afterCR = 0, last = 1;
+    if (nargs > 1 && (afterCR = PyObject_IsTrue(args[1])) < 0) {
+        return NULL;
+    }
+    if (nargs > 2 && (last = PyObject_IsTrue(args[2])) < 0) {
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    Py_ssize_t fuseAt;
+    Scan s = findFacts(p, n, afterCR, wide, &fuseAt);
+    PyObject *converted;
+#ifdef OCTETS_AVX2
+    if (fuseAt >= 0) {
+        converted = convertFused(p, n, fuseAt, &s);
+        if (converted == NULL) {
+            return NULL;
+        }
+    }
+    else
+#endif
+    if (s.bareLF == 0) {
+        converted = Py_NewRef(data);
+    }
+    else {
+        if (s.bareLF > PY_SSIZE_T_MAX - n) {
+            return PyErr_NoMemory();
+        }
+        converted = PyBytes_FromStringAndSize(NULL, n + s.bareLF);
+        if (converted == NULL) {
+            return NULL;
+        }
+        convert(p, n, afterCR, (unsigned char *)PyBytes_AS_STRING(converted), wide);
+    }
+    unsigned int facts = s.facts;
+    if (s.prevCR) {
+        facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
+    }
+    PyObject *result = PyTuple_New(2);
+    PyObject *found = PyLong_FromLong((long)facts);
+    if (result == NULL || found == NULL) {
+        Py_XDECREF(result);
+        Py_XDECREF(found);
+        Py_DECREF(converted);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(result, 0, converted);
+    PyTuple_SET_ITEM(result, 1, found);
+    return result;
+}
+
+static PyObject *
+crlfAndFacts(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    return crlfAndFactsOf(args, nargs, 1);
+}
+
+static PyObject *
+crlfAndFactsBaseline(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    return crlfAndFactsOf(args, nargs, 0);
+}
+
+static PyMethodDef octetsMethods[] = {
+    {"crlfAndFacts", (PyCFunction)(void (*)(void))crlfAndFacts, METH_FASTCALL, crlfAndFacts_doc},
+    {"crlfAndFactsBaseline", (PyCFunction)(void (*)(void))crlfAndFactsBaseline, METH_FASTCALL,
+     crlfAndFactsBaseline_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static int
+octetsExec(PyObject *module)
+{
+#ifdef OCTETS_AVX2
+    __builtin_cpu_init();
+    haveAVX2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+#endif
+    return PyModule_AddIntConstant(module, "AVX2", haveAVX2);
+}
+
+static PyModuleDef_Slot octetsSlots[] = {
+    {Py_mod_exec, (void *)octetsExec},
+    {0, NULL},
+};
+
+static struct PyModuleDef octetsModule = {
+    PyModuleDef_HEAD_INIT,
+    "imapmig.mail._octets",
+    "The one pass over a message's octets in C (see imapmig.mail.octets).",
+    0,
+    octetsMethods,
+    octetsSlots,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__octets(void)
+{
+    return PyModuleDef_Init(&octetsModule);
+}
