@@ -889,12 +889,14 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
 
-    def test_twoConnectionsShareOneUnit(self) -> None:
+    def test_oneConnectionPerMailbox(self) -> None:
         """
-        Connections take shares of what is left, smaller towards the end,
-        not whole units: with a folder of 30 messages in one unit and one
-        of 10, the connection that took the small folder helps with the
-        large one, and both end together.
+        Connections take shares of what is left, but never of a mailbox
+        another connection is appending to (two connections in one Maildir
+        mailbox make Dovecot re-read it for each batch): with a folder of
+        30 messages and one of 10, each mailbox is appended to by one
+        connection alone; the one that took the small folder ends when it
+        is done.
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 30)
@@ -905,19 +907,31 @@ class MigrationJobTests(SynchronousTestCase):
 
         first, second = h.endpoint.servers
         self.assertEqual(len(appendLines(first)) + len(appendLines(second)), 40)
-        for server in (first, second):
-            self.assertTrue([line for line in appendLines(server) if b' "INBOX" ' in line])
-        # They end together: the last APPENDs of the two arrive within a
-        # few steps of each other (the one that took the small folder
-        # would otherwise have ended 20 steps before the other).
-        lastAppends = [
-            max(step for step, line in zip(h.endpoint.arrivals[c], server.received) if b" APPEND " in line)
-            for c, server in enumerate((first, second))
+        mailboxes = [
+            {line.split(b" APPEND ", 1)[1].split(b" ", 1)[0] for line in appendLines(server)}
+            for server in (first, second)
         ]
-        self.assertLessEqual(abs(lastAppends[0] - lastAppends[1]), 10)
+        self.assertEqual(sorted(sorted(m) for m in mailboxes), [[b'"Archive"'], [b'"INBOX"']])
         h.assertHolds("INBOX", range(30))
         h.assertHolds("Archive", range(30, 40))
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (40, 0))
+        h.finish()
+
+    def test_oneFolderOneConnection(self) -> None:
+        """
+        A job of one folder with two connections appends over one: the
+        other finds that mailbox taken and logs out.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 30)
+        settings = JobSettings(connections=2, batchMessages=1, windowMessages=2, unitMessages=5)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        appended = sorted(len(appendLines(server)) for server in h.endpoint.servers)
+        self.assertEqual(appended[-1], 30)
+        self.assertEqual(sum(appended), 30)
+        h.assertHolds("INBOX", range(30))
         h.finish()
 
     def test_preparedInOneRoundTrip(self) -> None:
