@@ -12,7 +12,8 @@ CORPUS is a directory under C{bench/work/corpus} (C{bench/corpora.py}
 builds them); a CLIENT is C{raw} (2 connections, both into INBOX), C{raw:N}
 (N connections, each into a mailbox of its own: C{INBOX}, C{INBOX-1}, ...;
 more rawappend arguments may follow, comma-separated, e.g.
-C{raw:1:--batch,10}) or C{TREE:CONNECTIONS}, TREE a checkout of imapmig
+C{raw:1:--batch,10}, and C{unselected} among them appends without
+SELECT) or C{TREE:CONNECTIONS}, TREE a checkout of imapmig
 (its C{imapmig} package is what runs, as in C{bench/instructions.py}).
 It prints each run, then per client the rate of each round net of the
 client's median empty run, the client process's CPU per message (user and
@@ -93,13 +94,19 @@ def _dovecotAfter(master: int) -> float:
     """
     L{dovecotSeconds} once the client's C{imap} processes have ended (a
     process ends a moment after its connection closes, and its time is
-    counted once reaped), or after 10 s.
+    counted once reaped), or after 10 s.  A reading is not one instant:
+    a process that ends and is reaped while C{/proc} is walked, after
+    the master's line was read, is in neither; so the reading kept is
+    the second of two in a row that find no C{imap} process.
     """
     deadline = time.monotonic() + 10
     seconds, serving = dovecotSeconds(master)
-    while serving and time.monotonic() < deadline:
-        time.sleep(0.02)
-        seconds, serving = dovecotSeconds(master)
+    quiet = 0
+    while quiet < 2 and time.monotonic() < deadline:
+        quiet = quiet + 1 if serving == 0 else 0
+        if quiet < 2:
+            time.sleep(0.02)
+            seconds, serving = dovecotSeconds(master)
     return seconds
 
 
@@ -115,7 +122,11 @@ def _rawArgv(client: str, invocation: Invocation) -> list[str]:
     argv = _raw(select=True, batch=50, connections=count, mailboxPerConnection=count > 1)(
         invocation
     )
-    return argv + (extra[0].split(",") if extra else [])
+    more = extra[0].split(",") if extra else []
+    if "unselected" in more:
+        more.remove("unselected")
+        argv.remove("--select")
+    return argv + more
 
 
 def main() -> None:
