@@ -41,7 +41,7 @@ class RawArgvTests(SynchronousTestCase):
         """
         C{raw:N} with N above 1 gives each connection a mailbox of its own;
         C{raw:1} is one connection; arguments after the second colon are
-        appended, split at commas.
+        appended, split at commas; C{unselected} drops C{--select}.
         """
         two = _rawArgv("raw:2", invocation())
         self.assertIn("--mailbox-per-connection", two)
@@ -49,6 +49,8 @@ class RawArgvTests(SynchronousTestCase):
         self.assertNotIn("--connections", one)
         self.assertNotIn("--mailbox-per-connection", one)
         self.assertEqual(one[-2:], ["--batch", "10"])
+        self.assertIn("--select", one)
+        self.assertNotIn("--select", _rawArgv("raw:1:unselected", invocation()))
 
 
 class DovecotSecondsTests(SynchronousTestCase):
