@@ -1,7 +1,7 @@
 # -*- test-case-name: tests.test_bench_sidebyside -*-
 """
 Interleaved wall-clock runs of imapmig from several trees and of the raw
-writer (MULTIAPPEND 50 after SELECT, 2 connections), without the rest of
+writer (MULTIAPPEND 50 after SELECT), without the rest of
 C{bench/run.py}'s matrix: one private Dovecot on tmpfs, each client run as a
 whole process into a fresh account, once on the corpus and once on an empty
 Maildir, round after round.
@@ -9,18 +9,22 @@ Maildir, round after round.
     .venv/bin/python -m bench.sidebyside CORPUS ROUNDS CLIENT...
 
 CORPUS is a directory under C{bench/work/corpus} (C{bench/corpora.py}
-builds them); a CLIENT is C{raw} (2 connections, both into INBOX), C{raw:N}
-(N connections, each into a mailbox of its own: C{INBOX}, C{INBOX-1}, ...;
+builds them); a CLIENT is C{raw:N} (the raw writer, MULTIAPPEND 50 after
+SELECT, on N connections, each into a mailbox of its own: C{INBOX},
+C{INBOX-1}, ..., as imapmig's connections never append into one mailbox;
 more rawappend arguments may follow, comma-separated, e.g.
-C{raw:1:--batch,10}, and C{unselected} among them appends without
-SELECT) or C{TREE:CONNECTIONS}, TREE a checkout of imapmig
+C{raw:1:--batch,10}; C{unselected} among them appends without SELECT,
+C{shared} makes every connection append into INBOX), C{raw} (the same as
+C{raw:2}: the reference for imapmig's 2 connections, as C{make bench}'s
+C{raw-multi50-2}) or C{TREE:CONNECTIONS}, TREE a checkout of imapmig
 (its C{imapmig} package is what runs, as in C{bench/instructions.py}).
 It prints each run, then per client the rate of each round net of the
 client's median empty run, the client process's CPU per message (user and
 system, net of the empty run) and Dovecot's: what every process of the
 private Dovecot spent while the client ran (L{dovecotSeconds}: the master,
 its live children and the children it reaped, from C{/proc}), net of the
-same for the empty run.  CPU seconds hardly move with the machine's load;
+same for the empty run; then each tree's median rate against the raw
+writer's on as many connections.  CPU seconds hardly move with the machine's load;
 on a busy machine the start-up alone moves by a second: say so with the
 rates.
 """
@@ -112,21 +116,72 @@ def _dovecotAfter(master: int) -> float:
 
 def _rawArgv(client: str, invocation: Invocation) -> list[str]:
     """
-    The raw writer's command line for C{client}: C{raw} or
-    C{raw:N[:ARGS]} (see the module's docstring).
+    The raw writer's command line for C{client}: C{raw} (the same as
+    C{raw:2}) or C{raw:N[:ARGS]} (see the module's docstring).
     """
-    if client == "raw":
-        return _raw(select=True, batch=50, connections=2)(invocation)
-    _, connections, *extra = client.split(":", 2)
+    _, connections, *extra = (client if client != "raw" else "raw:2").split(":", 2)
     count = int(connections)
-    argv = _raw(select=True, batch=50, connections=count, mailboxPerConnection=count > 1)(
-        invocation
-    )
     more = extra[0].split(",") if extra else []
+    shared = "shared" in more
+    argv = _raw(
+        select=True, batch=50, connections=count, mailboxPerConnection=count > 1 and not shared
+    )(invocation)
+    if shared:
+        more.remove("shared")
     if "unselected" in more:
         more.remove("unselected")
         argv.remove("--select")
     return argv + more
+
+
+Run = tuple[float, float, int, float]
+
+
+def _reference(client: str) -> int | None:
+    """
+    How many connections C{client} has if it is the raw writer's
+    reference (C{raw} or C{raw:N}, each connection into a mailbox of its
+    own, no other argument), else L{None}.
+    """
+    if client == "raw":
+        return 2
+    kind, _, connections = client.partition(":")
+    if kind == "raw" and connections.isdigit():
+        return int(connections)
+    return None
+
+
+def summary(results: dict[str, list[tuple[Run, Run]]]) -> list[str]:
+    """
+    Per client: the rate of each round net of the client's median empty
+    run, its CPU per message and Dovecot's, net of the empty run; then
+    each imapmig tree's median rate against the raw writer's on as many
+    connections (C{raw:N}, or C{raw} for 2), when it ran.
+
+    @param results: by client, each round's (full, empty) runs: seconds,
+        the client's CPU seconds, messages counted, Dovecot's CPU seconds.
+    """
+    lines = []
+    medians = {}
+    for client, runs in results.items():
+        startup = statistics.median(e[0] for _, e in runs)
+        count = runs[0][0][2]
+        rates = [count / (f[0] - startup) for f, _ in runs]
+        medians[client] = statistics.median(rates)
+        cpu = statistics.median((f[1] - e[1]) / count * 1e6 for f, e in runs)
+        served = [(f[3] - e[3]) / count * 1e6 for f, e in runs]
+        lines.append(f"{client}: net rates {[round(x) for x in rates]}, median"
+                     f" {medians[client]:,.0f}/s; CPU per message {cpu:.0f} us;"
+                     f" Dovecot's CPU per message {[round(x) for x in served]}, median"
+                     f" {statistics.median(served):.0f} us")  # fmt: skip
+    references = {_reference(c): c for c in results if _reference(c) is not None}
+    for client in results:
+        if client.startswith("raw"):
+            continue
+        raw = references.get(int(client.rsplit(":", 1)[1]))
+        if raw is not None:
+            lines.append(f"{client} / {raw}: {medians[client] / medians[raw]:.2f}x")
+    return lines
 
 
 def main() -> None:
@@ -173,7 +228,6 @@ def main() -> None:
         cpu = float(measured["user"]) + float(measured["system"])
         return float(measured["seconds"]), cpu, counted, served
 
-    Run = tuple[float, float, int, float]
     results: dict[str, list[tuple[Run, Run]]] = {}
     try:
         for r in range(rounds):
@@ -186,17 +240,8 @@ def main() -> None:
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
-    for client, runs in results.items():
-        startup = statistics.median(e[0] for _, e in runs)
-        count = runs[0][0][2]
-        rates = [count / (f[0] - startup) for f, _ in runs]
-        cpu = statistics.median((f[1] - e[1]) / count * 1e6 for f, e in runs)
-        served = [(f[3] - e[3]) / count * 1e6 for f, e in runs]
-        print(f"{client}: net rates {[round(x) for x in rates]}, median"
-              f" {statistics.median(rates):,.0f}/s; CPU per message {cpu:.0f} us;"
-              f" Dovecot's CPU per message {[round(x) for x in served]}, median"
-              f" {statistics.median(served):.0f} us")  # fmt: skip
-
+    for line in summary(results):
+        print(line)
 
 if __name__ == "__main__":
     main()

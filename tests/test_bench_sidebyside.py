@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from bench.contenders import Invocation
 from bench.servers import VARIANTS
-from bench.sidebyside import _rawArgv, dovecotSeconds
+from bench.sidebyside import _rawArgv, dovecotSeconds, summary
 
 
 def invocation() -> Invocation:
@@ -30,12 +30,25 @@ class RawArgvTests(SynchronousTestCase):
 
     def test_raw(self) -> None:
         """
-        C{raw} is 2 connections into INBOX, as before C{raw:N} existed.
+        C{raw} is C{raw:2}: 2 connections, each into a mailbox of its own,
+        as imapmig's 2 connections never append into one mailbox (both
+        into INBOX, the raw writer's pair is slower than one connection and
+        Dovecot spends a third more per message: no reference).
         """
         argv = _rawArgv("raw", invocation())
+        self.assertEqual(argv, _rawArgv("raw:2", invocation()))
+        self.assertEqual(argv[argv.index("--connections") + 1], "2")
+        self.assertIn("--mailbox-per-connection", argv)
+        self.assertEqual(argv[argv.index("--batch") + 1], "50")
+
+    def test_shared(self) -> None:
+        """
+        C{shared} makes every connection append into INBOX.
+        """
+        argv = _rawArgv("raw:2:shared", invocation())
         self.assertEqual(argv[argv.index("--connections") + 1], "2")
         self.assertNotIn("--mailbox-per-connection", argv)
-        self.assertEqual(argv[argv.index("--batch") + 1], "50")
+        self.assertNotIn("shared", argv)
 
     def test_mailboxEach(self) -> None:
         """
@@ -51,6 +64,36 @@ class RawArgvTests(SynchronousTestCase):
         self.assertEqual(one[-2:], ["--batch", "10"])
         self.assertIn("--select", one)
         self.assertNotIn("--select", _rawArgv("raw:1:unselected", invocation()))
+
+
+class SummaryTests(SynchronousTestCase):
+    """
+    L{summary}: each client's figures, and each tree against the raw
+    writer on as many connections.
+    """
+
+    def test_againstRawWithAsMany(self) -> None:
+        """
+        A tree with N connections is set against C{raw:N} (C{raw} for 2),
+        median rate to median rate, each net of its median empty run; a raw
+        writer with more arguments is no reference.
+        """
+        # (seconds, CPU seconds, messages, Dovecot's CPU seconds)
+        results = {
+            "raw": [((1.1, 0.2, 1000, 0.1), (0.1, 0.0, 0, 0.0))],
+            "raw:1": [((2.1, 0.2, 1000, 0.1), (0.1, 0.0, 0, 0.0))],
+            "raw:1:--batch,10": [((0.6, 0.2, 1000, 0.1), (0.1, 0.0, 0, 0.0))],
+            "/t:2": [((3.0, 0.5, 1000, 0.1), (1.0, 0.1, 0, 0.0))],
+            "/t:1": [((3.0, 0.5, 1000, 0.1), (1.0, 0.1, 0, 0.0))],
+        }
+        lines = summary(results)
+        self.assertIn("/t:2 / raw: 0.50x", lines)
+        self.assertIn("/t:1 / raw:1: 1.00x", lines)
+        self.assertIn(
+            "/t:2: net rates [500], median 500/s; CPU per message 400 us;"
+            " Dovecot's CPU per message [100], median 100 us",
+            lines,
+        )
 
 
 class DovecotSecondsTests(SynchronousTestCase):
