@@ -889,12 +889,14 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(h.progress.state, JobState.DONE)
         h.finish()
 
-    def test_twoConnectionsShareOneUnit(self) -> None:
+    def test_oneConnectionPerMailbox(self) -> None:
         """
-        Connections take shares of what is left, smaller towards the end,
-        not whole units: with a folder of 30 messages in one unit and one
-        of 10, the connection that took the small folder helps with the
-        large one, and both end together.
+        Connections take shares of what is left, but never of a mailbox
+        another connection is appending to (two connections in one Maildir
+        mailbox make Dovecot re-read it for each batch): with a folder of
+        30 messages and one of 10, each mailbox is appended to by one
+        connection alone; the one that took the small folder ends when it
+        is done.
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 30)
@@ -905,19 +907,30 @@ class MigrationJobTests(SynchronousTestCase):
 
         first, second = h.endpoint.servers
         self.assertEqual(len(appendLines(first)) + len(appendLines(second)), 40)
-        for server in (first, second):
-            self.assertTrue([line for line in appendLines(server) if b' "INBOX" ' in line])
-        # They end together: the last APPENDs of the two arrive within a
-        # few steps of each other (the one that took the small folder
-        # would otherwise have ended 20 steps before the other).
-        lastAppends = [
-            max(step for step, line in zip(h.endpoint.arrivals[c], server.received) if b" APPEND " in line)
-            for c, server in enumerate((first, second))
+        mailboxes = [
+            {line.split(b" APPEND ", 1)[1].split(b" ", 1)[0] for line in appendLines(server)}
+            for server in (first, second)
         ]
-        self.assertLessEqual(abs(lastAppends[0] - lastAppends[1]), 10)
+        self.assertEqual(sorted(sorted(m) for m in mailboxes), [[b'"Archive"'], [b'"INBOX"']])
         h.assertHolds("INBOX", range(30))
         h.assertHolds("Archive", range(30, 40))
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (40, 0))
+        h.finish()
+
+    def test_oneFolderOneConnection(self) -> None:
+        """
+        A job of one folder with two connections opens one: a second
+        could not append into the mailbox the first is appending to.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 30)
+        settings = JobSettings(connections=2, batchMessages=1, windowMessages=2, unitMessages=5)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        self.assertEqual(h.endpoint.attempts, 1)
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 30)
+        h.assertHolds("INBOX", range(30))
         h.finish()
 
     def test_preparedInOneRoundTrip(self) -> None:
@@ -1244,7 +1257,8 @@ class MigrationJobTests(SynchronousTestCase):
         destination (LIST, CREATE, SELECT), not after it.
         """
         h = JobHarness(self)
-        for n, name in enumerate(["INBOX", "Archive"]):
+        names = ["INBOX", "Archive", "Sent"]
+        for n, name in enumerate(names):
             populate(h.source, h.source.addFolder(name), 4, start=4 * n)
         settings = JobSettings(connections=3, unitMessages=2, batchMessages=2)
 
@@ -1254,7 +1268,7 @@ class MigrationJobTests(SynchronousTestCase):
         firstSelect = h.endpoint.arrival(0, b"SELECT")
         self.assertLess(h.endpoint.arrival(1, b"AUTHENTICATE"), firstSelect)
         self.assertLess(h.endpoint.arrival(2, b"AUTHENTICATE"), firstSelect)
-        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")) + len(h.mail.mailbox(USER, "Archive")), 8)
+        self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 12)
         h.finish()
 
     def test_logsInWhileListing(self) -> None:
@@ -1297,12 +1311,14 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(h.store.batches, [])
         self.flushLoggedErrors()
 
-    def test_extraConnectionsOnlyForUnits(self) -> None:
+    def test_extraConnectionsOnlyForFolders(self) -> None:
         """
-        No more connections are opened than there are units of work.
+        No more connections are opened than there are folders to copy (a
+        connection never appends into another's mailbox).
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 3)
+        populate(h.source, h.source.addFolder("Archive"), 3, start=3)
         settings = JobSettings(connections=4, unitMessages=2, batchMessages=1)
 
         self.assertTrue(h.run(h.job(settings)))
@@ -1336,6 +1352,7 @@ class MigrationJobTests(SynchronousTestCase):
         """
         h = JobHarness(self)
         populate(h.source, h.source.addFolder("INBOX"), 4)
+        populate(h.source, h.source.addFolder("Archive"), 4, start=4)
 
         class DropsOnSelect(FakeIMAPServer):
             def lineReceived(self, line: bytes) -> None:
@@ -1369,18 +1386,22 @@ class MigrationJobTests(SynchronousTestCase):
         """
         h = JobHarness(self, refuseConnections=(1,))
         populate(h.source, h.source.addFolder("INBOX"), 8)
+        populate(h.source, h.source.addFolder("Archive"), 8, start=8)
         settings = JobSettings(connections=2, batchMessages=1, windowMessages=2, unitMessages=2)
 
         self.assertTrue(h.run(h.job(settings)))
 
         self.assertEqual(h.endpoint.attempts, 2)
         self.assertEqual(len(h.endpoint.servers), 1)
-        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 8)
+        self.assertEqual(len(appendLines(h.endpoint.servers[0])), 16)
         self.assertEqual(
             [m.body for m in h.mail.mailbox(USER, "INBOX")], [body(n) for n in range(8)]
         )
+        self.assertEqual(
+            [m.body for m in h.mail.mailbox(USER, "Archive")], [body(n) for n in range(8, 16)]
+        )
         self.assertEqual(h.progress.state, JobState.DONE)
-        self.assertEqual(h.progress.messagesDone, 8)
+        self.assertEqual(h.progress.messagesDone, 16)
         h.finish()
 
     def test_withoutMultiappend(self) -> None:
@@ -2189,11 +2210,14 @@ class ConnectionsWorthOpeningTests(SynchronousTestCase):
         settings = JobSettings(connections=4, batchMessages=50, batchBytes=1000)
         self.assertEqual(connectionsWorthOpening(settings, 3, 3, 3000), 3)
 
-    def test_atMostOnePerUnit(self) -> None:
+    def test_atMostOnePerFolder(self) -> None:
         """
-        No more connections than units of work, and at least one, even
+        No more connections than folders with pending messages (a
+        connection never shares another's mailbox: a second one for one
+        folder would log in and out for nothing), and at least one, even
         with nothing pending.
         """
         settings = JobSettings(connections=4, batchMessages=1)
         self.assertEqual(connectionsWorthOpening(settings, 2, 100, 100), 2)
+        self.assertEqual(connectionsWorthOpening(settings, 1, 100_000, 10**8), 1)
         self.assertEqual(connectionsWorthOpening(settings, 0, 0, 0), 1)

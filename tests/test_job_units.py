@@ -65,6 +65,25 @@ class WorkTests(SynchronousTestCase):
         self.assertEqual(chooseUnit(units, None, {"A", "B", "C"}), 0)
         self.assertEqual(chooseUnit(units, "Z", set()), 0)
 
+    def test_chooseLargestMailbox(self) -> None:
+        """
+        Of the mailboxes no other connection is filling, a connection
+        without units of its own mailbox left takes the one with the most
+        messages left (summed over its units): with two connections and
+        folders of 1,000, 1,000 and 2,000 messages, taken in the listing's
+        order they would end at 1,000 and 3,000; the largest first, at
+        2,000 each.  Equal mailboxes go in the listing's order.
+        """
+        folder = SourceFolder(("x",), "")
+        units = [
+            WorkUnit(folder, name, tuple(messages(*[1] * count)))
+            for name, count in (("A", 3), ("B", 2), ("C", 2), ("B", 2), ("D", 4))
+        ]
+        self.assertEqual(chooseUnit(units, None, set()), 1)
+        self.assertEqual(chooseUnit(units, None, {"B"}), 4)
+        self.assertEqual(chooseUnit(units, "C", set()), 2)
+        self.assertEqual(chooseUnit(units[:3], None, set()), 0)
+
     def test_guidedShare(self) -> None:
         """
         A share is a quarter of what is left with two connections (rounded

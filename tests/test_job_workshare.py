@@ -34,6 +34,15 @@ def unit(mailbox: str, count: int, size: int = 100, first: int = 0) -> WorkUnit:
     )
 
 
+def taken(units: SharedUnits, worker: int, current: str | None) -> WorkUnit:
+    """
+    What C{worker} takes (L{SharedUnits.take}), which must be something.
+    """
+    share = units.take(worker, current)
+    assert share is not None
+    return share
+
+
 class SharingTests(SynchronousTestCase):
     """
     L{SharedUnits.take}: which unit, and how much of it, a connection
@@ -47,19 +56,48 @@ class SharingTests(SynchronousTestCase):
         """
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 10), unit("B", 10)])
-        self.assertEqual(units.take(1, "B").mailbox, "B")
+        self.assertEqual(taken(units, 1, "B").mailbox, "B")
 
     def test_avoidsAnotherConnectionsMailbox(self) -> None:
         """
         A connection with no mailbox of its own takes a unit of a mailbox
-        no other connection has selected; once that one has left, any.
+        no other connection has taken a share of; once that one has left,
+        that mailbox too.
         """
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 10), unit("A", 10, first=10), unit("B", 10)])
-        units.select(1, "A")
-        self.assertEqual(units.take(2, None).mailbox, "B")
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
         units.leave(1)
-        self.assertEqual(units.take(2, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "A")
+
+    def test_neverSharesAMailbox(self) -> None:
+        """
+        A connection whose only work left is a mailbox another connection
+        is appending to takes none of it (two connections in one Maildir
+        mailbox make Dovecot re-read it for each batch): it has no more
+        work.  Once the other connection has moved to another mailbox, or
+        left, the mailbox is free.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 100), unit("B", 10, first=100)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
+        self.assertIsNone(units.take(2, "B"))
+        self.assertTrue(units)
+        # Connection 1 moves on from A: its claim goes with it.
+        units.extend([unit("C", 10, first=200)])
+        self.assertEqual(taken(units, 1, "C").mailbox, "C")
+        self.assertEqual(taken(units, 2, "B").mailbox, "A")
+        self.assertIsNone(units.take(1, "C"))
+        units.leave(2)
+        self.assertEqual(taken(units, 1, "C").mailbox, "A")
+
+    def test_nothingLeft(self) -> None:
+        """
+        With no unit left, a connection takes none.
+        """
+        self.assertIsNone(SharedUnits(2, 10, RunStop()).take(1, None))
 
     def test_guidedShares(self) -> None:
         """
@@ -69,28 +107,29 @@ class SharingTests(SynchronousTestCase):
         """
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 100)])
-        taken = []
+        shares = []
         while units:
-            taken.append(units.take(1, "A"))
-        self.assertEqual([len(u.messages) for u in taken], [25, 19, 14, 11, 10, 10, 10, 1])
-        keys = [m.key for u in taken for m in u.messages]
+            shares.append(taken(units, 1, "A"))
+        self.assertEqual([len(u.messages) for u in shares], [25, 19, 14, 11, 10, 10, 10, 1])
+        keys = [m.key for u in shares for m in u.messages]
         self.assertEqual(keys, [f"m{i}" for i in range(100)])
 
     def test_clearAndReset(self) -> None:
         """
         L{SharedUnits.clear} drops the units left; L{SharedUnits.reset}
-        also forgets who selected what and the limit reached.
+        also forgets which connection appends where and the limit reached.
         """
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 10), unit("B", 10)])
         units.clear()
         self.assertFalse(units)
-        units.select(1, "A")
+        units.extend([unit("A", 10), unit("B", 10)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
         units.limitReached = DailyLimitReached("used up", NOON)
         units.reset()
         self.assertIsNone(units.limitReached)
         units.extend([unit("A", 10), unit("B", 10)])
-        self.assertEqual(units.take(2, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "A")
 
 
 class BudgetTests(SynchronousTestCase):
@@ -117,12 +156,12 @@ class BudgetTests(SynchronousTestCase):
         """
         units = SharedUnits(1, 100, RunStop())
         units.extend([unit("A", 5)])
-        allowed = self.within(units, units.take(1, None))
+        allowed = self.within(units, taken(units, 1, None))
         assert allowed is not None
         self.assertEqual([m.key for m in allowed.messages], ["m0", "m1"])
         self.assertEqual(self.budget.used, 200)
         self.assertEqual(self.budget.charged, 0)
-        rest = units.take(1, "A")
+        rest = taken(units, 1, "A")
         self.assertEqual([m.key for m in rest.messages], ["m2", "m3", "m4"])
         self.assertFalse(units)
         self.assertIsNone(units.limitReached)
@@ -147,12 +186,12 @@ class BudgetTests(SynchronousTestCase):
         units.extend([unit("A", 5)])
         self.successResultOf(Deferred.fromCoroutine(self.budget.load()))
         self.successResultOf(self.store.addBudgetUse("s", "alice", UPLOAD, "2030-01-01", 100))
-        allowed = self.within(units, units.take(1, None))
+        allowed = self.within(units, taken(units, 1, None))
         assert allowed is not None
         self.assertEqual([m.key for m in allowed.messages], ["m0"])
         self.assertEqual((self.budget.used, self.used()), (200, 200))
         self.budgets.charge(100, 100, 100)
-        self.assertIsNone(self.within(units, units.take(1, "A")))
+        self.assertIsNone(self.within(units, taken(units, 1, "A")))
         self.assertIsInstance(units.limitReached, DailyLimitReached)
         self.assertEqual(self.used(), 200)
 
@@ -165,10 +204,10 @@ class BudgetTests(SynchronousTestCase):
         self.successResultOf(Deferred.fromCoroutine(self.budget.spend(200)))
         units = SharedUnits(1, 100, RunStop())
         units.extend([unit("A", 3)])
-        self.assertIsNone(self.within(units, units.take(1, None)))
+        self.assertIsNone(self.within(units, taken(units, 1, None)))
         self.assertIsInstance(units.limitReached, DailyLimitReached)
         self.assertEqual(self.budget.used, 200)
-        self.assertEqual(len(units.take(1, None).messages), 3)
+        self.assertEqual(len(taken(units, 1, None).messages), 3)
 
     def test_stopping(self) -> None:
         """
@@ -179,7 +218,7 @@ class BudgetTests(SynchronousTestCase):
         stop.requested = True
         units = SharedUnits(1, 100, stop)
         units.extend([unit("A", 2)])
-        self.assertIsNone(self.within(units, units.take(1, None)))
+        self.assertIsNone(self.within(units, taken(units, 1, None)))
         self.assertIsNone(units.limitReached)
         self.assertEqual(self.budget.used, 0)
         self.assertTrue(units)
@@ -203,13 +242,13 @@ class BudgetTests(SynchronousTestCase):
             return d
 
         self.patch(self.store, "reserveBudget", later)
-        within = Deferred.fromCoroutine(units.withinBudgets(units.take(1, None), self.budgets))
+        within = Deferred.fromCoroutine(units.withinBudgets(taken(units, 1, None), self.budgets))
         stop.requested = True
         reserve("s", "alice", UPLOAD, "2030-01-01", 200, 250).chainDeferred(reserving[0])
         self.assertIsNone(self.successResultOf(within))
         self.assertIsNone(units.limitReached)
         self.assertEqual((self.budget.used, self.used()), (0, 0))
-        self.assertEqual(len(units.take(1, None).messages), 2)
+        self.assertEqual(len(taken(units, 1, None).messages), 2)
 
     def test_giveBackFailed(self) -> None:
         """
@@ -218,7 +257,7 @@ class BudgetTests(SynchronousTestCase):
         """
         units = SharedUnits(1, 100, RunStop())
         units.extend([unit("A", 2)])
-        self.assertIsNotNone(self.within(units, units.take(1, None)))
+        self.assertIsNotNone(self.within(units, taken(units, 1, None)))
 
         def unreachable(*args: object) -> Deferred[int]:
             return fail(TransientError("the state database is unreachable"))

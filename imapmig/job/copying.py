@@ -33,7 +33,7 @@ from imapmig.job.sending import CopyLoop
 from imapmig.job.settings import JobSettings
 from imapmig.job.workshare import SharedUnits
 from imapmig.mail.folders import FolderRules
-from imapmig.job.units import WorkUnit, chunks, cutUnits
+from imapmig.job.units import WorkUnit, cutUnits
 from imapmig.progress import JobProgress
 from imapmig.state import IStateStore
 
@@ -46,26 +46,29 @@ log = Logger(namespace="imapmig.job.migration")
 
 
 def connectionsWorthOpening(
-    settings: JobSettings, units: int, messages: int, octets: int
+    settings: JobSettings, folders: int, messages: int, octets: int
 ) -> int:
     """
     How many destination connections a job's pending work is worth: at
-    most C{settings.connections}, at most one per unit of work, and at
-    most one per whole batch (C{batchMessages} messages or C{batchBytes}
-    octets) of it, and at least one.  A connection with less than a
+    most C{settings.connections}, at most one per folder with pending
+    messages, and at most one per whole batch (C{batchMessages} messages
+    or C{batchBytes} octets) of it, and at least one.  A connection never
+    appends into a mailbox another is appending to
+    (L{imapmig.job.workshare.SharedUnits.take}): one more than the
+    folders would log in for nothing.  A connection with less than a
     batch of its own to send costs more than it saves: its login (a
     process or two at the server, a few round trips) takes about as long
     as one connection takes to send that batch, and a run of many small
     accounts would open twice the connections for nothing.
 
     @param settings: the job's settings.
-    @param units: the units of work cut from what is pending.
+    @param folders: the source folders with messages pending.
     @param messages: the messages pending.
     @param octets: their listed sizes, summed.
     @return: the connections to open, the first included.
     """
     batches = max(messages // settings.batchMessages, octets // settings.batchBytes)
-    return max(1, min(settings.connections, units, batches))
+    return max(1, min(settings.connections, folders, batches))
 
 
 class ListedCopy:
@@ -219,13 +222,9 @@ class ListedCopy:
         settings = self._settings
         # The other connections log in while the first prepares the
         # destination: at 20 ms of RTT that overlaps about four round trips.
-        expectedUnits = sum(
-            sum(1 for _ in chunks(listing.pending, settings.unitMessages, settings.unitBytes))
-            for listing in listings
-        )
         wanted = connectionsWorthOpening(
             settings,
-            expectedUnits,
+            sum(1 for listing in listings if listing.pending),
             sum(len(listing.pending) for listing in listings),
             sum(m.size for listing in listings for m in listing.pending),
         )

@@ -3,13 +3,14 @@
 One destination connection's copy loop.
 
 The connection takes a share of a unit of work at a time
-(L{imapmig.job.workshare}), SELECTs its mailbox behind the APPENDs still
-in flight, journals it before a single octet of it leaves
-(L{imapmig.job.recording}), reads it from the source in steps, the next
-read while the one before is sent (L{imapmig.job.readahead}), waits for
-the destination's rates, charges the daily budgets
-(L{imapmig.job.budgets}) and feeds its APPEND pipeline; once no unit is
-left it lets the pipeline drain and logs out.
+(L{imapmig.job.workshare}; never of a mailbox another connection is
+appending to), SELECTs its mailbox behind the APPENDs still in flight,
+journals it before a single octet of it leaves (L{imapmig.job.recording}),
+reads it from the source in steps, the next read while the one before is
+sent (L{imapmig.job.readahead}), waits for the destination's rates,
+charges the daily budgets (L{imapmig.job.budgets}) and feeds its APPEND
+pipeline; once no unit is left to it it lets the pipeline drain and logs
+out.
 """
 
 from __future__ import annotations
@@ -283,7 +284,11 @@ class CopyLoop:
         """
         units = self._units
         while units and not self._stop.requested and units.limitReached is None:
-            unit = units.take(connection.worker, connection.current)
+            taken = units.take(connection.worker, connection.current)
+            if taken is None:
+                # What is left is other connections' mailboxes: theirs.
+                break
+            unit = taken
             if connection.budgets is not None:
                 allowed = await units.withinBudgets(unit, connection.budgets)
                 if allowed is None:
@@ -296,7 +301,6 @@ class CopyLoop:
                 connection.session.selectPipelined(unit.mailbox)
                 connection.pipeline.selectMailbox(unit.mailbox)
                 connection.current = unit.mailbox
-                units.select(connection.worker, unit.mailbox)
                 self._progress.currentFolder = unit.mailbox
                 connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
             # The unit is journaled before a single octet of it leaves.

@@ -60,22 +60,30 @@ def chooseUnit(
 ) -> int:
     """
     Which unit a connection should take next: one of the mailbox it has
-    selected (no new SELECT); otherwise one of a mailbox no other connection
-    is filling (connections appending into one mailbox contend for its lock
-    on the server); otherwise the first.
+    selected (no new SELECT); otherwise the first unit of the mailbox with
+    the most messages left among those no other connection is filling
+    (connections appending into one mailbox contend for its lock on the
+    server, so a mailbox is one connection's: the largest first, so that
+    no connection is left alone with a large one at the end while the
+    others have nothing to take); otherwise the first.
 
     @param units: the units left, not empty.
-    @param current: the mailbox the connection has selected.
+    @param current: the mailbox it has selected.
     @param inUse: mailboxes other connections have selected.
     @return: the index of the chosen unit.
     """
-    free = None
+    first: dict[str, int] = {}
+    left: dict[str, int] = {}
     for index, unit in enumerate(units):
-        if unit.mailbox == current:
+        mailbox = unit.mailbox
+        if mailbox == current:
             return index
-        if free is None and unit.mailbox not in inUse:
-            free = index
-    return 0 if free is None else free
+        if mailbox not in inUse:
+            first.setdefault(mailbox, index)
+            left[mailbox] = left.get(mailbox, 0) + len(unit.messages)
+    if not first:
+        return 0
+    return first[max(first, key=lambda mailbox: (left[mailbox], -first[mailbox]))]
 
 
 def guidedShare(remaining: int, connections: int, minimum: int) -> int:

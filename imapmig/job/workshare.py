@@ -43,8 +43,9 @@ class SharedUnits:
         self._units: list[WorkUnit] = []
         # Messages in self._units, not yet taken by a connection.
         self._untaken = 0
-        # By connection, the mailbox it has selected.
-        self._selected: dict[int, str] = {}
+        # By connection, the mailbox it appends to: that of the last share
+        # it took.
+        self._mailboxes: dict[int, str] = {}
         self.limitReached: DailyLimitReached | None = None
 
     def __bool__(self) -> bool:
@@ -60,35 +61,45 @@ class SharedUnits:
         self._units.extend(units)
         self._untaken = sum(len(unit.messages) for unit in self._units)
 
-    def take(self, worker: int, current: str | None) -> WorkUnit:
+    def take(self, worker: int, current: str | None) -> WorkUnit | None:
         """
-        The next share a connection takes (there must be one left): of its
-        C{current} mailbox if it can, else of a mailbox no other
-        connection has selected, else the first; a fair share of what is
-        left, at least the minimum share (L{guidedShare}).
+        The next share a connection takes: of its C{current} mailbox if it
+        can, else of a mailbox no other connection is appending to; a fair
+        share of what is left, at least the minimum share (L{guidedShare}).
+        Taking it makes its mailbox the connection's own until it takes
+        one of another mailbox or leaves.
 
-        @param worker: the connection, as L{select} knows it.
+        A connection never shares another's mailbox: two connections
+        appending into one Dovecot Maildir mailbox take turns at its lock
+        and each re-reads the other's changes, which costs the server more
+        the larger the mailbox grows (one folder of 100,000 messages: 244 s
+        on two connections, against 34 s on one).
+
+        @param worker: the connection, as L{leave} knows it.
         @param current: the mailbox it has selected, or L{None}.
+        @return: the share, or L{None} when what is left belongs to
+            mailboxes other connections are appending to: the connection
+            has no more work.
         """
         units = self._units
-        inUse = {m for w, m in self._selected.items() if w != worker}
+        if not units:
+            return None
+        inUse = {m for w, m in self._mailboxes.items() if w != worker}
+        index = chooseUnit(units, current, inUse)
+        if units[index].mailbox in inUse:
+            return None
         share = guidedShare(self._untaken, self._connections, self._minimumShare)
-        unit = takeShare(units, chooseUnit(units, current, inUse), share)
+        unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
+        self._mailboxes[worker] = unit.mailbox
         return unit
-
-    def select(self, worker: int, mailbox: str) -> None:
-        """
-        The connection C{worker} selected C{mailbox}: other connections
-        take units of other mailboxes while there are some.
-        """
-        self._selected[worker] = mailbox
 
     def leave(self, worker: int) -> None:
         """
-        The connection C{worker} takes no more units.
+        The connection C{worker} takes no more units: its mailbox is free
+        for another.
         """
-        self._selected.pop(worker, None)
+        self._mailboxes.pop(worker, None)
 
     async def withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
         """
@@ -129,9 +140,9 @@ class SharedUnits:
 
     def reset(self) -> None:
         """
-        Forget the units left, who selected what and the limit reached:
-        for the next attempt.
+        Forget the units left, which connection appends where and the limit
+        reached: for the next attempt.
         """
         self.clear()
-        self._selected.clear()
+        self._mailboxes.clear()
         self.limitReached = None
