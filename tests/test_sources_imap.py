@@ -1761,6 +1761,16 @@ class HelperTests(SynchronousTestCase):
         )
         self.assertEqual(sourceFlags(None), ())
 
+    def test_sourceFlagsShared(self) -> None:
+        """
+        Messages listed with equal flags share one tuple of source flags:
+        each set of flags is filtered once, not once per message.
+        """
+        first = sourceFlags(tuple(["\\Seen", "$Label7", "\\Recent"]))
+        second = sourceFlags(tuple(["\\Seen", "$Label7", "\\Recent"]))
+        self.assertEqual(first, ("\\Seen", "$Label7"))
+        self.assertIs(first, second)
+
     def test_folderPath(self) -> None:
         """
         Paths split at the delimiter, INBOX in any case made C{"INBOX"};
