@@ -1,3 +1,4 @@
+# -*- test-case-name: tests.test_bench -*-
 """
 A diagnostic of the server-to-server part (issue 17, point 6): where the
 wall-clock time of one copy goes, per process.
@@ -17,7 +18,11 @@ and the machine's busy core-seconds.  With C{--strace DIR}, one more
 imapmig run is made under C{strace -f -tt} (reads and writes of the
 sockets, the first 120 octets of each) and the trace kept in DIR, for the
 timeline and the commands sent; with C{--logs DIR} each run's output is
-kept there.  imapmig runs from this checkout.
+kept there.  imapmig runs from this checkout; a client named
+C{imapmig=TREE} runs imapmig from the checkout TREE instead (its working
+directory and C{PYTHONPATH}), so that two trees, before and after a change,
+are compared in one interleaved run: C{--clients
+imapmig=/tmp/base,imapmig=/tmp/new,dsync}.
 """
 
 from __future__ import annotations
@@ -26,8 +31,10 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
+from typing import Any
 
 from bench.contenders import (
     REPOSITORY,
@@ -39,12 +46,34 @@ from bench.contenders import (
     imapmigServerToServerConfig,
 )
 from bench.s2s_instructions import _messages, _server, _warm
-from bench.scale_probe import busySeconds, dovecotMaster, runLogged, treeCPU
+from bench.scale_probe import busySeconds, dovecotMaster, treeCPU
 from bench.servers import VARIANTS
 
 
+def treeOf(client: str) -> str:
+    """
+    The checkout a client runs from: TREE for C{imapmig=TREE}, else this
+    one.
+    """
+    name, _, tree = client.partition("=")
+    return os.path.abspath(tree) if name == "imapmig" and tree else REPOSITORY
+
+
+def _run(argv: list[str], logPath: str, tree: str) -> tuple[int, Any]:
+    """
+    Run C{argv} from C{tree} (its working directory, first on
+    C{PYTHONPATH}), its output in C{logPath}; its wait status and
+    resource usage (C{os.wait4}).
+    """
+    with open(logPath, "wb") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tree,
+                                   env=dict(os.environ, PYTHONPATH=tree))  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+    return status, usage
+
+
 def _argv(client: str, invocation: Invocation) -> list[str]:
-    if client == "imapmig":
+    if client.partition("=")[0] == "imapmig":
         return imapmigArgv(imapmigServerToServerConfig(invocation))
     if client == "raw":
         return _rawServerToServer(invocation)
@@ -65,7 +94,6 @@ def main() -> None:
     base = tempfile.mkdtemp(prefix="s2s-probe-", dir="/dev/shm")
     source = _server(base, "source", 2)
     destination = _server(base, "destination", len(clients) * args.runs + 3)
-    env = dict(os.environ, PYTHONPATH=REPOSITORY)
     rows: dict[str, list[tuple[float, ...]]] = {client: [] for client in clients}
     try:
         source.start()
@@ -97,7 +125,7 @@ def main() -> None:
             destinationBefore = treeCPU(destinationMaster)
             busyBefore = busySeconds()
             started = time.monotonic()
-            status, usage = runLogged(argv, os.path.join(runDir, "log"), env)
+            status, usage = _run(argv, os.path.join(runDir, "log"), treeOf(client))
             wall = time.monotonic() - started
             busy = busySeconds() - busyBefore
             sourceCPU = treeCPU(sourceMaster) - sourceBefore

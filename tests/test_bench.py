@@ -1184,3 +1184,23 @@ class RawWriterTLSTests(SynchronousTestCase):
         )  # fmt: skip
         self.assertNotEqual(refused.returncode, 0)
         self.assertIn(b"TLS handshake failed", refused.stderr)
+
+
+class ServerToServerProbeTests(SynchronousTestCase):
+    """
+    L{bench.s2s_probe}'s clients: imapmig from this checkout, or from the
+    checkout a client named C{imapmig=TREE} gives.
+    """
+
+    def test_treeOf(self) -> None:
+        """
+        C{imapmig=TREE} runs from TREE (made absolute); C{imapmig} and the
+        other clients from this checkout.
+        """
+        from bench.contenders import REPOSITORY
+        from bench.s2s_probe import treeOf
+
+        self.assertEqual(treeOf("imapmig=/tmp/s2s-base"), "/tmp/s2s-base")
+        self.assertEqual(treeOf("imapmig=base"), os.path.abspath("base"))
+        self.assertEqual(treeOf("imapmig"), REPOSITORY)
+        self.assertEqual(treeOf("dsync"), REPOSITORY)

@@ -188,6 +188,21 @@ class ParserTests(SynchronousTestCase):
         self.assertEqual(fast.flags, ("\\Seen", "caf\xe9"))
         self.assertIsNone(fast.internalDate)
 
+    def test_listedFlagsReadOnce(self) -> None:
+        """
+        Listing responses with the same flags share one tuple of them: a
+        folder's few sets of flags are split and decoded once each, not
+        once per message.
+        """
+        first, second = self.parse(
+            b'* 1 FETCH (UID 5 FLAGS (\\Seen $Label1) INTERNALDATE "22-Nov-2026 10:00:00 +0100"'
+            b" RFC822.SIZE 10)\r\n"
+            b'* 2 FETCH (UID 6 FLAGS (\\Seen $Label1) INTERNALDATE "22-Nov-2026 10:00:00 +0100"'
+            b" RFC822.SIZE 20)\r\n"
+        )
+        self.assertEqual(first.flags, ("\\Seen", "$Label1"))
+        self.assertIs(first.flags, second.flags)
+
     def test_anyChunking(self) -> None:
         """
         The same two responses give the same items whatever the read

@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import TransientError
 from imapmig.job.attempt import RunStop
-from imapmig.job.readahead import ReadAhead
+from imapmig.job.readahead import IMAP_READ_AHEAD, ReadAhead
 from imapmig.mail.message import MessageBody, SourceFolder, SourceMessage, StreamedBody
 
 _FOLDER = SourceFolder(key="INBOX", path=("INBOX",))
@@ -96,13 +96,44 @@ class ReadAheadTests(SynchronousTestCase):
         self.assertIsNone(self.successResultOf(Deferred.fromCoroutine(reader.next())))
         self.assertEqual(len(source.reads), 3)
 
+    def test_readsTwoStepsAhead(self) -> None:
+        """
+        With C{ahead=2} (L{IMAP_READ_AHEAD}, an IMAP source's), once the
+        first step is handed over the reads of the next two are in flight
+        at once; each step handed over starts one more, in order, never
+        beyond the unit; L{ReadAhead.discard} lets go of those in flight.
+        """
+        self.assertEqual(IMAP_READ_AHEAD, 2)
+        source = _Source()
+        steps = [_messages(str(n)) for n in range(1, 5)]
+        reader = ReadAhead(source, _FOLDER, steps, ahead=IMAP_READ_AHEAD)  # type: ignore[arg-type]
+        first = Deferred.fromCoroutine(reader.next())
+        self.assertEqual(source.keysRead(), [["1"]])
+        source.reads[0][1].callback([b"a"])
+        self.assertEqual(self.successResultOf(first), (steps[0], [b"a"]))
+        self.assertEqual(source.keysRead(), [["1"], ["2"], ["3"]])
+        # The third step's read completes first: the second is still
+        # handed over before it.
+        source.reads[2][1].callback([b"c"])
+        second = Deferred.fromCoroutine(reader.next())
+        self.assertNoResult(second)
+        source.reads[1][1].callback([b"b"])
+        self.assertEqual(self.successResultOf(second), (steps[1], [b"b"]))
+        self.assertEqual(source.keysRead(), [["1"], ["2"], ["3"], ["4"]])
+        self.assertEqual(self.successResultOf(Deferred.fromCoroutine(reader.next())),
+                         (steps[2], [b"c"]))  # fmt: skip
+        self.assertEqual(len(source.reads), 4)
+        reader.discard()
+        source.reads[3][1].errback(TransientError("lost"))
+        self.assertEqual(self.flushLoggedErrors(), [])
+
     def test_notAhead(self) -> None:
         """
-        With C{ahead=False} each step is read only when asked for.
+        With C{ahead=0} each step is read only when asked for.
         """
         source = _Source()
         steps = [_messages("1"), _messages("2")]
-        reader = ReadAhead(source, _FOLDER, steps, ahead=False)  # type: ignore[arg-type]
+        reader = ReadAhead(source, _FOLDER, steps, ahead=0)  # type: ignore[arg-type]
         first = Deferred.fromCoroutine(reader.next())
         source.reads[0][1].callback([b"a"])
         self.successResultOf(first)

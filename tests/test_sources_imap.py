@@ -49,7 +49,7 @@ from imapmig.mail.message import (
 )
 from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, UNKNOWN
 from imapmig.sources import IMessageSource
-from imapmig.sources.imap import IMAPSource
+from imapmig.sources.imap import READ_AHEAD_CONNECTIONS, IMAPSource
 from imapmig.sources.imapbodies import SPOOL_ABOVE
 from imapmig.sources.imaplisting import FlagChange, sourceFlags
 from imapmig.sources.imapreading import EXPUNGED, asCRLF
@@ -1188,8 +1188,10 @@ class BodyTests(SourceTestCase):
     def test_callsTakeTurns(self) -> None:
         """
         Calls made while one is in progress wait for it: each folder's
-        EXAMINE is followed by its own FETCH.
+        EXAMINE is followed by its own FETCH (one connection, none for
+        reading ahead).
         """
+        self.source = IMAPSource(self.harness.open, "alice at source", readAheadConnections=0)
         self.account.folders["INBOX"].add(body(1))
         self.account.folder("Sent").add(body(2))
         inbox, inboxMessages = self.listed("INBOX")
@@ -1514,9 +1516,14 @@ class ConnectionPoolTests(SourceTestCase):
 
     def test_atMost(self) -> None:
         """
-        No more connections than given are opened: a third concurrent call
-        waits its turn on the connection with its folder open.
+        No more connections than given are opened: without a read-ahead
+        connection, a third concurrent call waits its turn on the
+        connection with its folder open.
         """
+        self.source = IMAPSource(self.harness.open, "alice", connections=2, readAheadConnections=0)
+        before = len(self.harness.opened)
+        self.inbox, self.inboxMessages = self.listed("INBOX")
+        self.sent, self.sentMessages = self.listed("Sent")
         start = len(self.account.commands)
         calls = [
             self.source.readBodies(self.inbox, self.inboxMessages),
@@ -1528,8 +1535,72 @@ class ConnectionPoolTests(SourceTestCase):
             [self.successResultOf(d) for d in calls],
             [[body(1), body(2)], [body(3), body(4)], [body(3)]],
         )
-        self.assertEqual(len(self.harness.opened), 2)
+        self.assertEqual(len(self.harness.opened) - before, 2)
         self.assertEqual(self.examines(start), [])
+
+    def test_readAheadConnection(self) -> None:
+        """
+        A call that finds every connection busy opens the read-ahead
+        connection (L{READ_AHEAD_CONNECTIONS}) and reads there at once,
+        EXAMINEing its folder; a fourth waits its turn.
+        """
+        start = len(self.account.commands)
+        calls = [
+            self.source.readBodies(self.inbox, self.inboxMessages),
+            self.source.readBodies(self.sent, self.sentMessages),
+            self.source.readBodies(self.sent, self.sentMessages[:1]),
+            self.source.readBodies(self.sent, self.sentMessages[1:]),
+        ]
+        self.harness.pump()
+        self.assertEqual(
+            [self.successResultOf(d) for d in calls],
+            [[body(1), body(2)], [body(3), body(4)], [body(3)], [body(4)]],
+        )
+        self.assertEqual(READ_AHEAD_CONNECTIONS, 1)
+        self.assertEqual(len(self.harness.opened), 3)
+        self.assertEqual(self.examines(start), [b'EXAMINE "Sent" (CONDSTORE)'])
+
+    def test_readAheadOnlyWhenBusy(self) -> None:
+        """
+        A call that finds an idle connection with another folder open
+        re-EXAMINEs there rather than open the read-ahead connection.
+        """
+        self.source = IMAPSource(self.harness.open, "alice", connections=1)
+        before = len(self.harness.opened)
+        inbox, messages = self.listed("INBOX")
+        self.listed("Sent")
+        self.assertEqual(self.run_(self.source.readBodies(inbox, messages[:1])), [body(1)])
+        self.assertEqual(len(self.harness.opened) - before, 1)
+
+    def test_readAheadRefused(self) -> None:
+        """
+        A read-ahead connection the server (or the servers' connection
+        limits) refuses leaves the pool at the workers' connections: the
+        call waits its turn, and no other is tried.
+        """
+        opened = self.harness.open
+        before = len(self.harness.opened)
+
+        async def refuseThird() -> IMAPSession:
+            if len(self.harness.opened) - before >= 2:
+                raise TransientError("too many connections")
+            return await opened()
+
+        self.source = IMAPSource(refuseThird, "alice", connections=2)
+        self.inbox, self.inboxMessages = self.listed("INBOX")
+        self.sent, self.sentMessages = self.listed("Sent")
+        calls = [
+            self.source.readBodies(self.inbox, self.inboxMessages),
+            self.source.readBodies(self.sent, self.sentMessages),
+            self.source.readBodies(self.sent, self.sentMessages[:1]),
+        ]
+        self.harness.pump()
+        self.assertEqual(
+            [self.successResultOf(d) for d in calls],
+            [[body(1), body(2)], [body(3), body(4)], [body(3)]],
+        )
+        self.assertEqual(len(self.harness.opened) - before, 2)
+        self.assertEqual(self.source._pool._readAhead, 0)
 
     def test_extraConnectionRefused(self) -> None:
         """
@@ -1708,6 +1779,16 @@ class HelperTests(SynchronousTestCase):
             ("\\Seen", "$Forwarded", "Junk"),
         )
         self.assertEqual(sourceFlags(None), ())
+
+    def test_sourceFlagsShared(self) -> None:
+        """
+        Messages listed with equal flags share one tuple of source flags:
+        each set of flags is filtered once, not once per message.
+        """
+        first = sourceFlags(tuple(["\\Seen", "$Label7", "\\Recent"]))
+        second = sourceFlags(tuple(["\\Seen", "$Label7", "\\Recent"]))
+        self.assertEqual(first, ("\\Seen", "$Label7"))
+        self.assertIs(first, second)
 
     def test_folderPath(self) -> None:
         """

@@ -324,9 +324,17 @@ def listedItem(match: re.Match[bytes]) -> FetchedItem:
     return FetchedItem(
         sequence=int(sequence),
         uid=int(uid),
-        flags=tuple(
-            _text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL"
-        ),
+        flags=_listedFlags(flags),
         internalDate=internalDate,
         size=int(size),
     )
+
+
+@lru_cache(maxsize=256)
+def _listedFlags(flags: bytes) -> tuple[str, ...]:
+    """
+    The flags of a listing response, from the octets between its
+    parentheses: a folder's messages share a few sets of flags, each
+    split and decoded once (rather than once per message).
+    """
+    return tuple(_text(flag) for flag in flags.split(b" ") if flag and flag.upper() != b"NIL")

@@ -10,15 +10,18 @@ starts the read of the next step as soon as a step is handed over, so it
 overlaps the preparing and sending of the step before; with the append
 pipeline's own window this keeps the fetch and the append going at once.
 
-Memory stays bounded: at most one step is read ahead, never beyond the
-unit (whose messages are journaled before any is read or sent), so the
-bodies held per connection are the step being sent and the one being
-read.  What a large message costs is the source's business (the IMAP
-source spools a body above its C{spoolAbove} to a file, not memory).
+Memory stays bounded: at most C{ahead} steps are read ahead (one for a
+source that blocks the reactor, L{IMAP_READ_AHEAD} for an IMAP source),
+never beyond the unit (whose messages are journaled before any is read or
+sent), so the bodies held per connection are the step being sent and
+those being read.  What a large message costs is the source's business
+(the IMAP source spools a body above its C{spoolAbove} to a file, not
+memory).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Sequence
 
 from twisted.internet.defer import CancelledError, Deferred, ensureDeferred
@@ -32,6 +35,7 @@ from imapmig.job.units import chunks
 from imapmig.sources import IMessageSource
 
 __all__ = [
+    "IMAP_READ_AHEAD",
     "IMAP_READ_STEP_BYTES",
     "IMAP_READ_STEP_MESSAGES",
     "READ_STEP_BYTES",
@@ -61,6 +65,15 @@ IMAP_READ_STEP_BYTES = 4 * 1024 * 1024
 # per command; and each step read is a round trip.  A unit's first step,
 # which nothing reads ahead of, is still one batch (readSteps).
 IMAP_READ_STEP_MESSAGES = 1000
+
+# How many steps of an IMAP source are read ahead of the one being sent.
+# Reading a step takes longer than appending it (issue 31: per connection
+# pair, the source's FETCH, its BINARY fetch and the hand-over against the
+# destination's APPENDs), so with one step ahead the destination connection
+# waited for each read; with two, the source reads two steps at once, on
+# two of its connections (it has one more than the destination:
+# imapmig.sources.imap.READ_AHEAD_CONNECTIONS), while one is sent.
+IMAP_READ_AHEAD = 2
 
 
 def readSteps(
@@ -103,7 +116,7 @@ class ReadAhead:
         source: IMessageSource,
         folder: SourceFolder,
         steps: Sequence[Sequence[SourceMessage]],
-        ahead: bool = True,
+        ahead: int = 1,
         stop: RunStop | None = None,
         job: str | None = None,
     ) -> None:
@@ -111,9 +124,10 @@ class ReadAhead:
         @param source: where the bodies are read.
         @param folder: the unit's folder.
         @param steps: the unit's messages, cut into steps (in order).
-        @param ahead: whether to read a step ahead; L{False} reads each step
-            only when asked (for a source whose reads block the reactor,
-            such as a Maildir, reading ahead only delays the sending).
+        @param ahead: how many steps to read ahead of the one handed over;
+            0 reads each step only when asked (for a source whose reads
+            block the reactor, such as a Maildir, reading ahead only
+            delays the sending).
         @param stop: the run's stop (L{None}: none): once asked, no read is
             started ahead (it would only hold the source, perhaps waiting
             for its throttle, while the job winds down).
@@ -122,16 +136,20 @@ class ReadAhead:
         self._source = source
         self._folder = folder
         self._steps = steps
-        self._ahead = ahead
+        self._ahead = int(ahead)
         self._stop = stop
         self._job = job
+        # The next step to hand over, and the next one to start reading.
         self._index = 0
-        self._reading: Deferred[Sequence[MessageBody]] | None = None
+        self._started = 0
+        # The reads in flight, of the steps from _index on, in order.
+        self._reading: deque[Deferred[Sequence[MessageBody]]] = deque()
 
     async def next(self) -> tuple[Sequence[SourceMessage], Sequence[MessageBody]] | None:
         """
         The next step and its bodies, or L{None} when the unit is done; the
-        read of the step after it starts before this returns.
+        reads of the steps after it (up to C{ahead}) start before this
+        returns.
 
         @raise ImapmigError: the source failed (as its C{readBodies} does).
         """
@@ -139,22 +157,26 @@ class ReadAhead:
             return None
         step = self._steps[self._index]
         self._index += 1
-        reading, self._reading = self._reading, None
-        if reading is None:
+        if self._reading:
+            reading = self._reading.popleft()
+        else:
             reading = self._read(step)
+            self._started = self._index
         bodies = await reading
-        if self._ahead and self._index < len(self._steps) and not (self._stop is not None and self._stop.requested):
-            self._reading = self._read(self._steps[self._index])
+        if not (self._stop is not None and self._stop.requested):
+            while len(self._reading) < self._ahead and self._started < len(self._steps):
+                self._reading.append(self._read(self._steps[self._started]))
+                self._started += 1
         return step, bodies
 
     def discard(self) -> None:
         """
-        Give up the read in flight, if any: its bodies are closed when it
-        completes, its failure consumed.
+        Give up the reads in flight, if any: their bodies are closed when
+        they complete, their failures consumed.
         """
-        reading, self._reading = self._reading, None
-        if reading is not None:
-            reading.addCallbacks(closeBodies, self._ignore)
+        reading, self._reading = self._reading, deque()
+        for read in reading:
+            read.addCallbacks(closeBodies, self._ignore)
 
     def _ignore(self, failure: Failure) -> None:
         """

@@ -32,6 +32,7 @@ from imapmig.job.budgets import UnitBudgets
 from imapmig.job.destination import TargetMailbox
 from imapmig.job.preparation import DestinationTraits, MessagePreparation
 from imapmig.job.readahead import (
+    IMAP_READ_AHEAD,
     IMAP_READ_STEP_BYTES,
     IMAP_READ_STEP_MESSAGES,
     READ_STEP_BYTES,
@@ -182,6 +183,7 @@ class CopyLoop:
         # An IMAP source's reads wait on the network, not the CPU: they are
         # made in larger steps, each read while the step before is sent.
         self._overNetwork = isinstance(source, IMAPSource)
+        self._readAhead = IMAP_READ_AHEAD if self._overNetwork else 0
 
     async def run(
         self,
@@ -330,7 +332,7 @@ class CopyLoop:
             self._source,
             unit.folder,
             readSteps(unit.messages, *connection.steps),
-            ahead=self._overNetwork,
+            ahead=self._readAhead,
             stop=self._stop,
             job=self._job,
         )

@@ -36,15 +36,21 @@ reason.  A body holding 0x80 is fetched again as C{BINARY[]} where the
 server has BINARY, to put back NUL octets C{BODY[]} cannot carry (see
 L{imapmig.sources.imapnuls}).
 
-Calls are served by a small pool of connections, at most as many as the
-job has workers, one call at a time on each: a call goes to an idle
+Calls are served by a small pool of connections, as many as the job has
+workers and one more for reading ahead (L{READ_AHEAD_CONNECTIONS}), one
+call at a time on each: a call goes to an idle
 connection that has its folder open already, else to an idle one with no
 folder open, else to a new one while the pool may grow, else to any idle
 one, else it waits its turn on the connection with its folder open (or the
 least busy).  So two workers reading two folders each keep their own
-folder open instead of re-EXAMINEing it on every read.  A connection is
-opened when first needed; if the server refuses an extra one (many limit
-connections per account) the pool stays at the size it has.  A connection
+folder open instead of re-EXAMINEing it on every read.  The read-ahead
+connection is opened only for a call that finds every other connection
+busy: each worker reads two steps ahead of what it sends
+(L{imapmig.job.readahead.IMAP_READ_AHEAD}), and with it two of those reads
+run at once.  A connection is opened when first needed; if the server
+refuses an extra one (many limit connections per account), or the
+servers' connection limits (C{max_connections}, C{per_account}) have no
+grant free for it at that moment, the pool stays at the size it has.  A connection
 is dropped when a call on it fails with a L{imapmig.errors.TransientError}
 (the next call opens a new one) and every one is logged out by
 L{IMAPSource.close}.
@@ -82,7 +88,16 @@ from imapmig.sources.imapstatus import FolderMarks, FolderStatus
 from imapmig.sources.imapthrottle import IThrottle
 from imapmig.sources.labelviews import COPY
 
-__all__ = ["IMAPSource"]
+__all__ = ["READ_AHEAD_CONNECTIONS", "IMAPSource"]
+
+READ_AHEAD_CONNECTIONS = 1
+"""
+How many connections a source may open beyond the job's workers, for the
+steps read ahead (issue 31: the copy waited on the source, each connection
+reading a step more slowly than the destination appended it).  Opened only
+for a call that finds every other connection busy, and only if granted at
+once within the servers' connection limits.
+"""
 
 
 @implementer(IMessageSource)
@@ -107,6 +122,7 @@ class IMAPSource:
         archiveFolder: str | None = "Archive",
         job: str | None = None,
         throttle: IThrottle | None = None,
+        readAheadConnections: int = READ_AHEAD_CONNECTIONS,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account
@@ -138,11 +154,16 @@ class IMAPSource:
             (L{IThrottle}), waited for before each body
             FETCH, and told of a server's "wait"; or L{None}.  (The daily
             download budget is counted by the job, per unit.)
+        @param readAheadConnections: how many connections beyond
+            C{connections} the pool may open for calls that find every
+            other connection busy (L{READ_AHEAD_CONNECTIONS}).
         """
         self.description = description
         marks = FolderMarks(description)
         self._connections = max(1, connections)
-        self._pool = SessionPool(openSession, description, connections, job, throttle)
+        self._pool = SessionPool(
+            openSession, description, connections, job, throttle, readAheadConnections
+        )
         self._listing = FolderListing(marks, description, include, labelViews, archiveFolder, job)
         fetcher = BodyFetcher(commandBytes, maxMessageBytes, spoolAbove, spoolDirectory)
         self._reading = BodyReader(marks, description, fetcher, throttle)

@@ -149,15 +149,40 @@ class BodySink:
         self._wanted.add(uid)
 
     def __call__(self, item: FetchedItem) -> None:
+        if item.spooled:
+            self._spooledItem(item)
+            return
+        # A body in memory (one per message read): found with one lookup
+        # where the response carried it, L{FetchedItem.hasBody} asked only
+        # for a response with no body in memory (NIL, or none at all).
+        uid = item.uid
+        if uid is None or uid not in self._wanted:
+            return
+        body = item.body
+        if body is None and not item.hasBody:
+            return
+        self._keep(uid, body)
+
+    def _spooledItem(self, item: FetchedItem) -> None:
+        """
+        L{__call__} for a response with a spooled section: its body kept
+        (spooled or not), every other spool closed.
+        """
         uid = item.uid
         spooled = item.spooledBody
         body: Body = spooled if spooled is not None else item.body
-        if item.spooled:
-            _closeOthers(item, body)
+        _closeOthers(item, body)
         if uid is None or uid not in self._wanted or not item.hasBody:
             if spooled is not None:
                 spooled.close()
             return
+        self._keep(uid, body)
+
+    def _keep(self, uid: int, body: Body) -> None:
+        """
+        Keep C{body} as the body of C{uid} (closing one kept before), and
+        say so to C{received}.
+        """
         previous = self.bodies.get(uid)
         if isinstance(previous, SpooledLiteral):
             previous.close()

@@ -11,6 +11,7 @@ its pool of connections (L{imapmig.sources.imappool}).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Awaitable, Callable, Sequence, TypeVar
 
 from attrs import evolve, frozen
@@ -88,12 +89,15 @@ class FolderChanges:
     flagChangesKnown: bool
 
 
+@lru_cache(maxsize=256)
 def sourceFlags(flags: tuple[str, ...] | None) -> tuple[str, ...]:
     """
     The flags of a source message: every flag but C{\\Recent} (which no
     client may set), system flags and keywords alike.  A flag that is not
     ASCII (invalid in IMAP, but seen in the wild) is left out: it could not
-    be sent to the destination.
+    be sent to the destination.  One per message listed: a folder's
+    messages share a few sets of flags, each filtered once (and the
+    messages that have it share one tuple).
     """
     if not flags:
         return ()

@@ -6,7 +6,9 @@ pool, one call at a time on each.
 A call goes to an idle connection that has its folder open already, else
 to an idle one with no folder open, else to a new one while the pool may
 grow, else to any idle one, else it waits its turn on the connection with
-its folder open (or the least busy).  So two workers reading two folders
+its folder open (or the least busy).  Beyond those, a pool may have
+read-ahead connections: opened only for a call that finds every other
+connection busy (two reads ahead of one worker run at once).  So two workers reading two folders
 each keep their own folder open instead of re-EXAMINEing it on every read.
 A connection is opened when first needed; if the server refuses an extra
 one (many limit connections per account) the pool stays at the size it
@@ -94,19 +96,24 @@ class SessionPool:
         connections: int,
         job: str | None,
         throttle: IThrottle | None,
+        readAhead: int = 0,
     ) -> None:
         """
         @param openSession: opens a new logged-in session to the account.
         @param description: names the account in logs.
-        @param connections: the most connections to open at once.
+        @param connections: the most connections to open at once for
+            calls that find one idle.
         @param job: the name of the job reading, carried by every log
             event as C{job}.
         @param throttle: told of a server's "wait", or L{None}.
+        @param readAhead: how many more connections may be opened, each
+            only for a call that finds every other connection busy.
         """
         self._job = job
         self._openSession = openSession
         self.description = description
         self._connections = max(1, connections)
+        self._readAhead = max(0, readAhead)
         self._readers: list[PooledSession] = []
         self._throttle = throttle
         # The errors this source raised (see raised).
@@ -172,14 +179,24 @@ class SessionPool:
         while the pool may grow and none ranks above L{_GROW}.
         """
         best = min(self._readers, key=lambda reader: _rank(reader, folderKey), default=None)
-        if best is None or (
-            len(self._readers) < self._connections and _rank(best, folderKey) > _GROW
-        ):
+        if best is None or self._mayGrow(_rank(best, folderKey)):
             # A connection of its own rather than close another worker's
             # folder.
             best = PooledSession()
             self._readers.append(best)
         return best
+
+    def _mayGrow(self, best: tuple[int, int]) -> bool:
+        """
+        Whether a call whose best connection ranks C{best} gets a new one:
+        while the pool is smaller than its connections and none ranks
+        above L{_GROW}, or into a read-ahead connection when every one is
+        busy.
+        """
+        count = len(self._readers)
+        if count < self._connections:
+            return best > _GROW
+        return count < self._connections + self._readAhead and best >= _BUSY_ON_FOLDER
 
     async def run(
         self,
@@ -267,14 +284,18 @@ class SessionPool:
         """
         Whether opening C{reader}'s session failed with C{error} as an
         extra connection refused (another connection of the pool is
-        open): if so, the pool shrinks to the connections it has.
+        open): if so, the pool shrinks to the connections it has (a
+        read-ahead connection refused is logged at the info level: the
+        servers' limits leave no room for it, which is no fault).
         """
         if not any(other.session is not None for other in self._readers):
             return False
         if reader in self._readers:
             self._readers.remove(reader)
+        readAhead = len(self._readers) >= self._connections
         self._connections = max(1, len(self._readers))
-        log.warn(
+        self._readAhead = 0
+        (log.info if readAhead else log.warn)(
             "{source}: an extra connection was refused, reading with "
             "{count} connection(s): {why}",
             source=self.description,
