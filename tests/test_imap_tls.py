@@ -1,16 +1,18 @@
 """
 Tests for L{imapmig.imap.tls}: every way a TLS handshake fails ends in a
 clear error of imapmig's, naming the server, never an internal error; a
-message body is written to OpenSSL in place.
+message body is written to OpenSSL in place, and what a write made leaves
+in one piece.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from OpenSSL import SSL
-from twisted.internet import reactor as globalReactor
+from twisted.internet import reactor as globalReactor, tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, wrapClientTLS
@@ -18,7 +20,7 @@ from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
 from twisted.internet.ssl import Certificate, PrivateCertificate, optionsForClientTLS
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
+from twisted.internet.testing import MemoryReactor, StringTransport
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from twisted.test.iosim import connectedServerAndClient
@@ -42,7 +44,7 @@ from imapmig.imap.tls import (
     describeTLSError,
     handshakeFailure,
     watched,
-    writeUnjoined,
+    sendThrough,
 )
 from imapmig.progress import JobState
 from imapmig.daemon.service import buildService
@@ -522,10 +524,41 @@ class _Received(Protocol):
         self.received += data
 
 
-class UnjoinedWriteTests(SynchronousTestCase):
+def _certificates(test: SynchronousTestCase) -> tuple[PrivateCertificate, Certificate]:
     """
-    L{writeUnjoined}: the connections L{WatchedClientTLS} makes hand a
-    message body to OpenSSL in place, in order, the bytes unchanged.
+    The test CA's server certificate with its key, and the CA's.
+    """
+    tlsDir = os.path.abspath(test.mktemp())
+    writeTestCertificates(tlsDir)
+    with open(os.path.join(tlsDir, "server.pem")) as f, \
+            open(os.path.join(tlsDir, "server.key")) as k:
+        serverCertificate = PrivateCertificate.loadPEM(f.read() + k.read())
+    with open(os.path.join(tlsDir, "ca.pem"), "rb") as f:
+        trust = Certificate.loadPEM(f.read())
+    return serverCertificate, trust
+
+
+def _recordingSends(connection: Any) -> list[object]:
+    """
+    What C{connection}, an OpenSSL connection, is handed to encrypt, from
+    now on.
+    """
+    sent: list[object] = []
+    send = connection.send
+
+    def recordingSend(data: Any, flags: int = 0) -> int:
+        sent.append(data)
+        return send(data, flags)
+
+    connection.send = recordingSend
+    return sent
+
+
+class SenderTests(SynchronousTestCase):
+    """
+    L{TLSSender}: the connections L{WatchedClientTLS} makes hand a message
+    body to OpenSSL in place and send what a write made in one piece, in
+    order, the bytes unchanged.
     """
 
     def _connected(self) -> tuple[TLSMemoryBIOProtocol, _Received, Any, Clock]:
@@ -533,13 +566,7 @@ class UnjoinedWriteTests(SynchronousTestCase):
         A client TLS transport with watched options and a TLS server, in
         memory, handshake done; the server's protocol keeps what arrives.
         """
-        tlsDir = os.path.abspath(self.mktemp())
-        writeTestCertificates(tlsDir)
-        with open(os.path.join(tlsDir, "server.pem")) as f, \
-                open(os.path.join(tlsDir, "server.key")) as k:
-            serverCertificate = PrivateCertificate.loadPEM(f.read() + k.read())
-        with open(os.path.join(tlsDir, "ca.pem"), "rb") as f:
-            trust = Certificate.loadPEM(f.read())
+        serverCertificate, trust = _certificates(self)
         clock = Clock()
         received = _Received()
         clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
@@ -558,36 +585,170 @@ class UnjoinedWriteTests(SynchronousTestCase):
     def test_bodyInPlace(self) -> None:
         """
         A C{writeSequence} holding a body of 16 KiB or more reaches OpenSSL
-        with the body as C{memoryview}s of the piece itself (no join, no
-        slice copied), after what was written before it; the server reads
-        every octet in order.
+        with the body itself (no join, no slice copied), the short pieces
+        around it joined, after what was written before it; the server
+        reads every octet in order.
         """
         client, received, pump, clock = self._connected()
-        sent: list[object] = []
-        connection = client._tlsConnection
-        send = connection.send
-
-        def recordingSend(data: Any, flags: int = 0) -> int:
-            sent.append(data)
-            return send(data, flags)
-
-        connection.send = recordingSend  # type: ignore[method-assign,assignment]
+        sent = _recordingSends(client._tlsConnection)
         body = bytes(range(256)) * 200  # 51,200 octets: four records
         client.write(b"A0 NOOP\r\n")
-        client.writeSequence([b"A1 APPEND INBOX {51200+}\r\n", body, b"\r\n"])
-        client.writeSequence([b"A2 NOOP", b"\r\n"])
-        clock.advance(0)
+        client.writeSequence([b"A1 APPEND INBOX {51200+}\r\n", body, b"\r\n", b"A2 NOOP\r\n"])
+        client.writeSequence([b"A3 NOOP", b"\r\n"])
         pump.flush()
         self.assertEqual(received.received, b"A0 NOOP\r\nA1 APPEND INBOX {51200+}\r\n" + body
-                         + b"\r\nA2 NOOP\r\n")  # fmt: skip
-        views = [d for d in sent if isinstance(d, memoryview)]
-        self.assertEqual(len(views), 4)
-        self.assertTrue(all(view.obj is body for view in views))
+                         + b"\r\nA2 NOOP\r\nA3 NOOP\r\n")  # fmt: skip
+        self.assertEqual(sent, [b"A0 NOOP\r\n", b"A1 APPEND INBOX {51200+}\r\n", body,
+                                b"\r\nA2 NOOP\r\n", b"A3 NOOP\r\n"])  # fmt: skip
+        self.assertIs(sent[2], body)
+        clock.advance(0)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_viewInPlace(self) -> None:
+        """
+        A body given as a C{memoryview} (of a C{bytearray}, or a slice of a
+        large literal) reaches OpenSSL as that view, and the server reads
+        it.
+        """
+        client, received, pump, clock = self._connected()
+        sent = _recordingSends(client._tlsConnection)
+        body = memoryview(bytearray(b"x" * 40000))[1000:]
+        sender = client.tlsSender  # type: ignore[attr-defined]
+        sender.writeSequence([b"A1 APPEND INBOX {39000+}\r\n", body, b"\r\n"])
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {39000+}\r\n" + b"x" * 39000
+                         + b"\r\n")  # fmt: skip
+        self.assertIs(sent[1], body)
+
+    def test_oneWritePerSequence(self) -> None:
+        """
+        The records OpenSSL made for one C{writeSequence} reach the
+        transport in one write, not one per 16 KiB record.
+        """
+        client, received, pump, clock = self._connected()
+        transport: Any = client.transport
+        writes: list[bytes] = []
+        write = transport.write
+
+        def recordingWrite(data: bytes) -> None:
+            writes.append(data)
+            write(data)
+
+        transport.write = recordingWrite
+        body = b"y" * 100000
+        client.writeSequence([b"A1 APPEND INBOX {100000+}\r\n", body, b"\r\n"])
+        self.assertEqual(len(writes), 1)
+        self.assertGreater(len(writes[0]), 100000)
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {100000+}\r\n" + body + b"\r\n")
+
+    def test_beforeHandshake(self) -> None:
+        """
+        Pieces written before the handshake finished are held, as Twisted
+        holds them, and sent after it, in order.
+        """
+        serverCertificate, trust = _certificates(self)
+        clock = Clock()
+        received = _Received()
+        clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
+        clientFactory = TLSMemoryBIOFactory(clientOptions, True, _OneProtocolFactory(Protocol()),
+                                            clock=clock)  # fmt: skip
+        serverFactory = TLSMemoryBIOFactory(serverCertificate.options(), False,
+                                            _OneProtocolFactory(received), clock=clock)  # fmt: skip
+        address = IPv4Address("TCP", "127.0.0.1", 993)
+        client, server, pump = connectedServerAndClient(
+            lambda: serverFactory.buildProtocol(address),
+            lambda: clientFactory.buildProtocol(address),
+            greet=False,
+        )
+        self.assertFalse(client._handshakeDone)
+        body = b"z" * 20000
+        client.writeSequence([b"A1 APPEND INBOX {20000+}\r\n", body, b"\r\n"])
+        clock.advance(0)
+        pump.flush()
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {20000+}\r\n" + body + b"\r\n")
+
+    def test_straightToSocket(self) -> None:
+        """
+        Over a TCP connection holding nothing unsent, the records go
+        straight to its socket (the transport's buffer stays empty), and
+        the server decrypts what was written; the handshake's records go
+        the same way.
+        """
+        serverCertificate, trust = _certificates(self)
+        listener = socket.create_server(("127.0.0.1", 0))
+        ours = socket.create_connection(listener.getsockname())
+        theirs, _ = listener.accept()
+        listener.close()
+        ours.setblocking(False)
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        theirs.settimeout(10)
+        clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
+        factory = TLSMemoryBIOFactory(clientOptions, True, _OneProtocolFactory(Protocol()),
+                                      clock=Clock())  # fmt: skip
+        client = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 993))
+        connection = tcp.Connection(ours, client, MemoryReactor())
+        connection.connected = 1
+        client.makeConnection(connection)
+        server = SSL.Connection(serverCertificate.options().getContext(), None)
+        server.set_accept_state()
+        while not client._handshakeDone:
+            server.bio_write(theirs.recv(1 << 16))
+            try:
+                server.do_handshake()
+            except SSL.WantReadError:
+                pass
+            client.dataReceived(_drained(server))
+        sender = client.tlsSender  # type: ignore[attr-defined]
+        self.assertGreater(sender.direct, 0)
+        body = bytes(range(256)) * 300
+        sender.writeSequence([b"A1 APPEND INBOX {76800+}\r\n", body, b"\r\n"])
+        self.assertEqual(connection.dataBuffer, b"")
+        self.assertEqual(connection._tempDataBuffer, [])
+        expected = b"A1 APPEND INBOX {76800+}\r\n" + body + b"\r\n"
+        plain = b""
+        while len(plain) < len(expected):
+            server.bio_write(theirs.recv(1 << 16))
+            plain += _decrypted(server)
+        self.assertEqual(plain, expected)
+
+
+def _drained(connection: SSL.Connection) -> bytes:
+    """
+    What an in-memory OpenSSL connection has to send.
+    """
+    out = b""
+    while True:
+        try:
+            out += connection.bio_read(1 << 16)
+        except SSL.WantReadError:
+            return out
+
+
+def _decrypted(connection: SSL.Connection) -> bytes:
+    """
+    The plaintext an in-memory OpenSSL connection can read now.
+    """
+    out = b""
+    while True:
+        try:
+            out += connection.recv(1 << 16)
+        except SSL.WantReadError:
+            return out
+
+
+class OtherTransportTests(SynchronousTestCase):
+    """
+    L{sendThrough} touches Twisted's TLS transports only.
+    """
 
     def test_otherTransportsUntouched(self) -> None:
         """
         Anything but Twisted's TLS transport keeps its own C{writeSequence}.
         """
         transport = StringTransport()
-        writeUnjoined(transport)
+        sendThrough(transport, SSL.Connection(SSL.Context(SSL.TLS_METHOD)))
         self.assertNotIn("writeSequence", vars(transport))

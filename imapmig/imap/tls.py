@@ -19,25 +19,29 @@ transport's own reason (closed or reset) for an end with no TLS answer.
 L{handshakeFailure} maps what ended the connection during a handshake to
 L{imapmig.errors}.
 
-L{writeUnjoined} is the TLS write path's one change: Twisted's TLS
-transport joins a C{writeSequence} into one string (a copy of every
-message body it holds) and then slices it into 16 KiB records (a second
-copy); the connections L{WatchedClientTLS} makes hand a body of a record or
-more to OpenSSL as a C{memoryview}, read in place.
+L{TLSSender} is the TLS write path, installed on the transports
+L{WatchedClientTLS} makes (L{sendThrough}): the pipeline's pieces go to
+OpenSSL without Twisted's joins and slices, and the records leave with one
+C{send} per write, straight to the socket as
+L{imapmig.imap.gather.sendNow} sends a plain TCP connection's pieces.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import socket
+from typing import Any, Sequence
 
 from OpenSSL import SSL
+from OpenSSL._util import ffi as _ffi, lib as _lib
 from service_identity import VerificationError
-from twisted.internet import error as netError
+from twisted.internet import error as netError, tcp
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
 from twisted.protocols.tls import TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from imapmig.errors import ImapmigError, NotTLS, TLSFailed, TLSInterrupted, escapedExcerpt
+from imapmig.imap.gather import Piece, idle, sendNow
 
 __all__ = [
     "HandshakeClosed",
@@ -45,14 +49,21 @@ __all__ = [
     "WatchedConnection",
     "describeTLSError",
     "handshakeFailure",
+    "TLSSender",
+    "sendThrough",
     "watched",
-    "writeUnjoined",
 ]
 
 RECORD_PAYLOAD = 2**14
 """
 The most plaintext one TLS record holds, which Twisted's TLS transport hands
 OpenSSL at a time: a piece at least this long is written unjoined.
+"""
+
+_BUFFER_OCTETS = 2**18
+"""
+The least a L{TLSSender}'s buffer holds: about what one of the pipeline's
+writes makes (its C{WRITE_GATHER}, and the records' overhead).
 """
 
 HEAD_OCTETS = 81
@@ -149,53 +160,175 @@ class WatchedClientTLS:
         # lose its behaviour, so it is left unwatched.
         if type(connection) is SSL.Connection:
             connection.__class__ = WatchedConnection
-        writeUnjoined(tlsProtocol)
+        sendThrough(tlsProtocol, connection)
         return connection
 
 
-def writeUnjoined(tlsProtocol: object) -> None:
+class TLSSender:
     """
-    Give Twisted's TLS transport C{tlsProtocol} a C{writeSequence} that
-    does not copy large pieces: a sequence holding a piece of
-    L{RECORD_PAYLOAD} octets or more (a message body) is written in order,
-    each such piece as a C{memoryview} that the transport cuts into records
-    without copying and OpenSSL encrypts in place, the short pieces between
-    them (command lines, the CRLF) joined; a sequence of short pieces only
-    goes the transport's own way (joined, then gathered with the writes of
-    the same reactor turn).  Anything but a L{TLSMemoryBIOProtocol} is left
-    alone.
+    The write side of one of Twisted's TLS transports
+    (L{TLSMemoryBIOProtocol}), made by L{sendThrough}: each
+    C{writeSequence} goes to OpenSSL piece by piece (a message body in
+    place, the short pieces between bodies joined), and the records OpenSSL
+    made are read out of its memory BIO at once, into a buffer kept for the
+    next time, and sent to the socket with one C{send}
+    (L{imapmig.imap.gather.sendNow}) when the TCP transport holds nothing
+    unsent, else handed to it.
 
-    The transport's small-write aggregator (Twisted's
-    C{BufferingTLSTransport}) is flushed first, so that what was written
-    before stays before.
+    Twisted's own path copies every octet four more times: the join of the
+    sequence, the small-write aggregator's copy and join (and a write put
+    off to the next reactor turn), the 16 KiB slices, pyOpenSSL's copy of
+    each record into C{bytes}, and the TCP transport's join of the records;
+    and it calls Python functions per 16 KiB record.
+
+    It replaces the transport's C{_flushSendBIO} too, so that the
+    handshake's and the shutdown's records take the same way, and reads
+    Twisted's state (C{_handshakeDone}, C{_appSendBuffer}, ...) to write
+    through only where Twisted's own C{write} would reach OpenSSL at once.
+
+    @ivar direct: octets of records sent straight to the socket.
+    """
+
+    def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
+        self._protocol = protocol
+        self._buffer = bytearray()
+        self._cbuffer: Any = None
+        self._joined: Any = protocol.writeSequence
+        self.direct = 0
+
+    def writeSequence(self, pieces: Sequence[Piece]) -> None:
+        """
+        Encrypt C{pieces}, in order after what was written before, and send
+        the records.
+        """
+        protocol: Any = self._protocol
+        if (
+            not protocol._handshakeDone
+            or protocol._appSendBuffer
+            or protocol._lostTLSConnection
+            or protocol._aborted
+            or (protocol.disconnecting and protocol._producer is None)
+        ):
+            # Twisted's way: held until the handshake, after what is held,
+            # or dropped.
+            self._joined([bytes(piece) for piece in pieces])
+            return
+        aggregator = getattr(protocol, "_aggregator", None)
+        if aggregator is not None and aggregator._buffer:
+            aggregator.flush()
+        records = _records(pieces)
+        connection = protocol._tlsConnection
+        for index, record in enumerate(records):
+            try:
+                held = _sendAll(connection, record)
+            except SSL.Error:
+                protocol._tlsShutdownFinished(Failure())
+                return
+            if held is not None:
+                # A renegotiation (TLS 1.2) waits for the server: the rest
+                # is held, as Twisted holds it, until it answers.
+                protocol._bufferedWrite(b"".join([held, *records[index + 1 :]]))
+                break
+        self.flush()
+
+    def flush(self) -> None:
+        """
+        Send what OpenSSL has written to its memory BIO (Twisted's
+        C{_flushSendBIO}, without a Python call per record or a copy into
+        C{bytes}).
+        """
+        protocol: Any = self._protocol
+        connection = protocol._tlsConnection
+        if connection is None:
+            return
+        bio = connection._from_ssl
+        pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
+        while pending > 0:
+            if len(self._buffer) < pending:
+                self._buffer = bytearray(max(pending, _BUFFER_OCTETS))
+                self._cbuffer = _ffi.from_buffer(self._buffer)
+            got = _lib.BIO_read(bio, self._cbuffer, pending)
+            if got <= 0:
+                return
+            self._send(memoryview(self._buffer)[:got])
+            pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
+
+    def _send(self, records: memoryview) -> None:
+        """
+        Send C{records} (a view of the buffer, which the next flush
+        overwrites) to the socket, or hand a copy to the TCP transport.
+        """
+        transport: Any = self._protocol.transport
+        connection = getattr(transport, "_connection", transport)  # under STARTTLS: _BypassTLS
+        if isinstance(connection, tcp.Connection) and idle(connection):
+            sock = connection.socket
+            if isinstance(sock, socket.socket):
+                self.direct += sendNow(sock, [records], transport)
+                return
+        transport.write(records.tobytes())
+
+
+def _sendAll(connection: SSL.Connection, record: Piece) -> Piece | None:
+    """
+    Hand all of C{record} to OpenSSL, a partial write (possible under
+    C{SSL_MODE_ENABLE_PARTIAL_WRITE}) resumed where it stopped.
+
+    @return: L{None}, or the part OpenSSL did not take because it waits
+        for the server (C{WantReadError}).
+    """
+    view = record
+    while True:
+        try:
+            sent = connection.send(view)
+        except SSL.WantReadError:
+            return view
+        if sent == len(view):
+            return None
+        view = memoryview(view)[sent:]
+
+
+def _records(pieces: Sequence[Piece]) -> list[Piece]:
+    """
+    What to hand OpenSSL for C{pieces}: each piece of L{RECORD_PAYLOAD}
+    octets or more as it is (read in place), the runs of shorter pieces
+    between them joined (one record rather than one each).
+    """
+    records: list[Piece] = []
+    short: list[Piece] = []
+    for piece in pieces:
+        if len(piece) < RECORD_PAYLOAD:
+            short.append(piece)
+            continue
+        if short:
+            records.append(short[0] if len(short) == 1 else b"".join(short))
+            short = []
+        records.append(piece)
+    if short:
+        records.append(short[0] if len(short) == 1 else b"".join(short))
+    return records
+
+
+def sendThrough(tlsProtocol: object, connection: SSL.Connection) -> None:
+    """
+    Give Twisted's TLS transport C{tlsProtocol} a L{TLSSender}: its
+    C{writeSequence} and C{_flushSendBIO} are the sender's, and the sender
+    is its C{tlsSender} (which L{imapmig.imap.gather.writerFor} hands the
+    pipeline's pieces to, views and all).  Anything but a
+    L{TLSMemoryBIOProtocol} is left alone.
+
+    @param connection: the OpenSSL connection made for it, whose partial
+        writes are turned off: into a memory BIO, which never refuses a
+        write, C{SSL_write} then makes all of a body's records in one call
+        rather than one call per record.
     """
     if not isinstance(tlsProtocol, TLSMemoryBIOProtocol):
         return
-    protocol = tlsProtocol
-    joined: Any = protocol.writeSequence
-    write: Any = TLSMemoryBIOProtocol.write
-
-    def writeSequence(pieces: Any) -> None:
-        pieces = list(pieces)
-        if all(len(piece) < RECORD_PAYLOAD for piece in pieces):
-            joined(pieces)
-            return
-        aggregator = getattr(protocol, "_aggregator", None)
-        if aggregator is not None:
-            aggregator.flush()
-        short: list[Any] = []
-        for piece in pieces:
-            if len(piece) < RECORD_PAYLOAD:
-                short.append(piece)
-                continue
-            if short:
-                write(protocol, b"".join(short))
-                short = []
-            write(protocol, memoryview(piece))
-        if short:
-            write(protocol, b"".join(short))
-
-    protocol.writeSequence = writeSequence  # type: ignore[method-assign]
+    _lib.SSL_clear_mode(connection._ssl, _lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
+    sender = TLSSender(tlsProtocol)
+    protocol: Any = tlsProtocol
+    protocol.writeSequence = sender.writeSequence
+    protocol._flushSendBIO = sender.flush
+    protocol.tlsSender = sender
 
 
 def watched(options: object) -> object:
