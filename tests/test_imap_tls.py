@@ -2,7 +2,9 @@
 Tests for L{imapmig.imap.tls}: every way a TLS handshake fails ends in a
 clear error of imapmig's, naming the server, never an internal error; a
 message body is written to OpenSSL in place, and what a write made leaves
-in one piece.
+in one piece; what one read brings reaches the protocol in one piece; a
+stall, a reset mid-record, a renegotiation, a close_notify and a short
+write lose nothing and hang nothing.
 """
 
 from __future__ import annotations
@@ -15,16 +17,24 @@ from OpenSSL import SSL
 from twisted.internet import reactor as globalReactor, tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, wrapClientTLS
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.ssl import Certificate, PrivateCertificate, optionsForClientTLS
+from twisted.internet.ssl import (
+    Certificate,
+    CertificateOptions,
+    PrivateCertificate,
+    TLSVersion,
+    optionsForClientTLS,
+)
 from twisted.internet.task import Clock
 from twisted.internet.testing import MemoryReactor, StringTransport
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from twisted.test.iosim import connectedServerAndClient
 from twisted.trial.unittest import SynchronousTestCase, TestCase
+from zope.interface import implementer
 
 from imapmig.config import parseConfig
 from imapmig.errors import (
@@ -39,12 +49,13 @@ from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.opening import openSession
 from imapmig.imap.tls import (
     HandshakeClosed,
+    TLSReceiver,
     WatchedClientTLS,
     WatchedConnection,
     describeTLSError,
     handshakeFailure,
     watched,
-    sendThrough,
+    streamline,
 )
 from imapmig.progress import JobState
 from imapmig.daemon.service import buildService
@@ -548,31 +559,40 @@ def _recordingSends(connection: Any) -> list[object]:
 
     def recordingSend(data: Any, flags: int = 0) -> int:
         sent.append(data)
-        return send(data, flags)
+        taken: int = send(data, flags)
+        return taken
 
     connection.send = recordingSend
     return sent
 
 
-class SenderTests(SynchronousTestCase):
+class _TLSPairCase(SynchronousTestCase):
     """
-    L{TLSSender}: the connections L{WatchedClientTLS} makes hand a message
-    body to OpenSSL in place and send what a write made in one piece, in
-    order, the bytes unchanged.
+    Tests of a client TLS transport with watched options against a TLS
+    server, in memory.
     """
 
-    def _connected(self) -> tuple[TLSMemoryBIOProtocol, _Received, Any, Clock]:
+    def _connected(
+        self, clientProtocol: Protocol | None = None, highest: TLSVersion | None = None
+    ) -> tuple[TLSMemoryBIOProtocol, _Received, Any, Clock]:
         """
-        A client TLS transport with watched options and a TLS server, in
-        memory, handshake done; the server's protocol keeps what arrives.
+        A client TLS transport with watched options and a TLS server (of at
+        most TLS version C{highest} if given), in memory, handshake done;
+        the server's protocol keeps what arrives.
         """
         serverCertificate, trust = _certificates(self)
         clock = Clock()
         received = _Received()
         clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
-        clientFactory = TLSMemoryBIOFactory(clientOptions, True, _OneProtocolFactory(Protocol()),
-                                            clock=clock)  # fmt: skip
-        serverFactory = TLSMemoryBIOFactory(serverCertificate.options(), False,
+        clientFactory = TLSMemoryBIOFactory(
+            clientOptions, True, _OneProtocolFactory(clientProtocol or Protocol()), clock=clock
+        )
+        serverOptions = CertificateOptions(
+            privateKey=serverCertificate.privateKey.original,
+            certificate=serverCertificate.original,
+            lowerMaximumSecurityTo=highest,
+        )
+        serverFactory = TLSMemoryBIOFactory(serverOptions, False,
                                             _OneProtocolFactory(received), clock=clock)  # fmt: skip
         address = IPv4Address("TCP", "127.0.0.1", 993)
         client, server, pump = connectedServerAndClient(
@@ -581,6 +601,14 @@ class SenderTests(SynchronousTestCase):
         )
         pump.flush()
         return client, received, pump, clock
+
+
+class SenderTests(_TLSPairCase):
+    """
+    L{TLSSender}: the connections L{WatchedClientTLS} makes hand a message
+    body to OpenSSL in place and send what a write made in one piece, in
+    order, the bytes unchanged.
+    """
 
     def test_bodyInPlace(self) -> None:
         """
@@ -613,7 +641,7 @@ class SenderTests(SynchronousTestCase):
         client, received, pump, clock = self._connected()
         sent = _recordingSends(client._tlsConnection)
         body = memoryview(bytearray(b"x" * 40000))[1000:]
-        sender = client.tlsSender  # type: ignore[attr-defined]
+        sender = client.tlsSender
         sender.writeSequence([b"A1 APPEND INBOX {39000+}\r\n", body, b"\r\n"])
         pump.flush()
         self.assertEqual(received.received, b"A1 APPEND INBOX {39000+}\r\n" + b"x" * 39000
@@ -670,16 +698,24 @@ class SenderTests(SynchronousTestCase):
         pump.flush()
         self.assertEqual(received.received, b"A1 APPEND INBOX {20000+}\r\n" + body + b"\r\n")
 
-    def test_straightToSocket(self) -> None:
+    def _overSocket(
+        self, sendBuffer: int = 0
+    ) -> tuple[TLSMemoryBIOProtocol, tcp.Connection, SSL.Connection, socket.socket]:
         """
-        Over a TCP connection holding nothing unsent, the records go
-        straight to its socket (the transport's buffer stays empty), and
-        the server decrypts what was written; the handshake's records go
-        the same way.
+        A client TLS transport with watched options over a real TCP
+        connection on loopback (its socket non-blocking, C{SO_SNDBUF} set
+        to C{sendBuffer} if not 0), handshake done with an in-memory OpenSSL
+        server whose ciphertext goes through the peer socket, also
+        returned.
         """
         serverCertificate, trust = _certificates(self)
         listener = socket.create_server(("127.0.0.1", 0))
-        ours = socket.create_connection(listener.getsockname())
+        if sendBuffer:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sendBuffer)
+        ours = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if sendBuffer:
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sendBuffer)
+        ours.connect(listener.getsockname())
         theirs, _ = listener.accept()
         listener.close()
         ours.setblocking(False)
@@ -702,7 +738,17 @@ class SenderTests(SynchronousTestCase):
             except SSL.WantReadError:
                 pass
             client.dataReceived(_drained(server))
-        sender = client.tlsSender  # type: ignore[attr-defined]
+        return client, connection, server, theirs
+
+    def test_straightToSocket(self) -> None:
+        """
+        Over a TCP connection holding nothing unsent, the records go
+        straight to its socket (the transport's buffer stays empty), and
+        the server decrypts what was written; the handshake's records go
+        the same way.
+        """
+        client, connection, server, theirs = self._overSocket()
+        sender = client.tlsSender
         self.assertGreater(sender.direct, 0)
         body = bytes(range(256)) * 300
         sender.writeSequence([b"A1 APPEND INBOX {76800+}\r\n", body, b"\r\n"])
@@ -714,6 +760,175 @@ class SenderTests(SynchronousTestCase):
             server.bio_write(theirs.recv(1 << 16))
             plain += _decrypted(server)
         self.assertEqual(plain, expected)
+
+    def test_shortWrite(self) -> None:
+        """
+        A peer that stalls: the socket takes part of the records (the rest
+        would block), the rest waits in the TCP transport, whose producer
+        (the writer's, through the TLS transport) is paused, so nothing
+        more piles up; once the peer reads again, every octet arrives in
+        order and the producer is resumed.
+        """
+        client, connection, server, theirs = self._overSocket(sendBuffer=4096)
+        producer = _Producer()
+        client.registerProducer(producer, True)
+        sender = client.tlsSender
+        body = bytes(range(256)) * 4096  # 1 MiB
+        sender.writeSequence([b"A1 APPEND INBOX {1048576+}\r\n", body, b"\r\n"])
+        self.assertGreater(sender.direct, 0)
+        self.assertGreater(len(connection.dataBuffer) + connection._tempDataLen, 0)
+        self.assertTrue(producer.paused)
+        expected = b"A1 APPEND INBOX {1048576+}\r\n" + body + b"\r\n"
+        plain = b""
+        while len(plain) < len(expected):
+            server.bio_write(theirs.recv(1 << 16))
+            plain += _decrypted(server)
+            connection.doWrite()
+        self.assertEqual(plain, expected)
+        self.assertFalse(producer.paused)
+
+
+@implementer(IPushProducer)
+class _Producer:
+    """
+    A writer's producer: paused or not.
+    """
+
+    paused = False
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class _Reads(Protocol):
+    """
+    Keeps each piece that arrives, and why the connection ended.
+    """
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.reason: Failure | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        self.pieces.append(data)
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        self.reason = reason
+
+
+class ReceiverTests(_TLSPairCase):
+    """
+    L{TLSReceiver}: what one read brings reaches the protocol as one piece,
+    whatever the number of records; the server's close_notify after it
+    still ends the connection cleanly.
+    """
+
+    def test_recordsTogether(self) -> None:
+        """
+        Four records' worth of data from the server, arriving in one read,
+        reach the protocol in one C{dataReceived}, intact.
+        """
+        reads = _Reads()
+        client, received, pump, clock = self._connected(reads)
+        data = bytes(range(256)) * 200  # 51,200 octets: four records
+        pump.server.write(data)
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(reads.pieces, [data])
+
+    def test_closeNotifyAfterData(self) -> None:
+        """
+        Data and the server's close_notify in one read: the protocol gets
+        the data, then a clean end (L{ConnectionDone}).
+        """
+        reads = _Reads()
+        client, received, pump, clock = self._connected(reads)
+        pump.server.write(b"* BYE bye\r\n")
+        pump.server.loseConnection()
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(reads.pieces, [b"* BYE bye\r\n"])
+        assert reads.reason is not None
+        self.assertIsInstance(reads.reason.value, ConnectionDone)
+
+    def _wire(self, reads: _Reads, data: bytes) -> tuple[TLSMemoryBIOProtocol, bytes]:
+        """
+        The client transport, and the records the server made for C{data},
+        not yet delivered.
+        """
+        client, received, pump, clock = self._connected(reads)
+        pump.server.write(data)
+        clock.advance(0)
+        wire: bytes = pump.serverIO.getOutBuffer()
+        return client, wire
+
+    def test_stalledMidRecord(self) -> None:
+        """
+        A server that stops in the middle of a record (even of its
+        header): nothing is handed on and nothing fails until the rest
+        comes, then every record is, in order.
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 200
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire[:3])
+        client.dataReceived(wire[3:16000])
+        self.assertEqual(reads.pieces, [])
+        client.dataReceived(wire[16000:17000])
+        self.assertEqual(reads.pieces, [data[:16384]])
+        for start in range(17000, len(wire), 7000):
+            client.dataReceived(wire[start : start + 7000])
+        self.assertEqual(b"".join(reads.pieces), data)
+        self.assertIsNone(reads.reason)
+
+    def test_resetMidRecord(self) -> None:
+        """
+        The connection ending in the middle of a record, even cleanly: the
+        whole records before it are handed on, the part is not, and the
+        protocol learns the data was cut (L{ConnectionLost}, not
+        L{ConnectionDone}).
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 200
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire[:20000])
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(reads.pieces, [data[:16384]])
+        assert reads.reason is not None
+        self.assertIsInstance(reads.reason.value, ConnectionLost)
+
+    def test_renegotiation(self) -> None:
+        """
+        A TLS 1.2 server asking to renegotiate in the middle of the
+        conversation: the client answers, the data after it and the
+        client's writes arrive intact.
+        """
+        reads = _Reads()
+        client, received, pump, clock = self._connected(reads, TLSVersion.TLSv1_2)
+        server = pump.server
+        server.write(b"* OK before\r\n")
+        clock.advance(0)
+        server._tlsConnection.renegotiate()
+        server._tlsConnection.do_handshake()  # the HelloRequest
+        server._flushSendBIO()
+        data = bytes(range(256)) * 200
+        server.write(data)
+        client.write(b"A1 NOOP\r\n")
+        clock.advance(0)
+        pump.flush()
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(b"".join(reads.pieces), b"* OK before\r\n" + data)
+        self.assertEqual(received.received, b"A1 NOOP\r\n")
+        self.assertFalse(server._tlsConnection.renegotiate_pending())
+        self.assertEqual(server._tlsConnection.total_renegotiations(), 1)
+        self.assertIsNone(reads.reason)
 
 
 def _drained(connection: SSL.Connection) -> bytes:
@@ -742,7 +957,7 @@ def _decrypted(connection: SSL.Connection) -> bytes:
 
 class OtherTransportTests(SynchronousTestCase):
     """
-    L{sendThrough} touches Twisted's TLS transports only.
+    L{streamline} touches Twisted's TLS transports only.
     """
 
     def test_otherTransportsUntouched(self) -> None:
@@ -750,5 +965,82 @@ class OtherTransportTests(SynchronousTestCase):
         Anything but Twisted's TLS transport keeps its own C{writeSequence}.
         """
         transport = StringTransport()
-        sendThrough(transport, SSL.Connection(SSL.Context(SSL.TLS_METHOD)))
+        streamline(transport, SSL.Connection(SSL.Context(SSL.TLS_METHOD)))
         self.assertNotIn("writeSequence", vars(transport))
+
+
+class DovecotReadTests(TestCase):
+    """
+    L{TLSReceiver} against the private Dovecot: an account holding a 5 MB
+    message and others (C{tests.test_sources_imap}'s) read with
+    L{imapmig.sources.imap.IMAPSource} over implicit TLS and after
+    STARTTLS, every body exact.
+    """
+
+    def setUp(self) -> None:
+        """
+        Skip without a Dovecot binary.
+        """
+        from imapmig.testing.dovecot import requireDovecot
+
+        requireDovecot(self)
+
+    async def _readOver(self, starttls: bool) -> None:
+        """
+        Load a fresh account, read it back over TLS (STARTTLS on the plain
+        port if C{starttls}, else the implicit-TLS port), and check it; the
+        plaintext came through L{TLSReceiver}.
+        """
+        from twisted.internet import reactor
+
+        from imapmig.access.tlsidentity import HostnameVerifyingTLS, trustRootFrom
+        from imapmig.sources.imap import IMAPSource
+        from tests import test_sources_imap as sourceTests
+        from tests.support import freshUser, sharedDovecot
+
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        plan = sourceTests._load(instance, user)
+        options = WatchedClientTLS(
+            HostnameVerifyingTLS("localhost", trustRootFrom(instance.caCertificatePath))
+        )
+        calls: list[object] = []
+        receive = TLSReceiver.receive
+
+        def counted(receiver: TLSReceiver) -> None:
+            calls.append(receiver)
+            receive(receiver)
+
+        self.patch(TLSReceiver, "receive", counted)
+
+        async def open() -> Any:
+            if starttls:
+                endpoint: Any = TCP4ClientEndpoint(reactor, "127.0.0.1", instance.port)
+            else:
+                endpoint = wrapClientTLS(
+                    options, TCP4ClientEndpoint(reactor, "127.0.0.1", instance.tlsPort)
+                )
+            session = await openSession(endpoint, reactor, description="dovecot",
+                                        user=user.name, password=user.password,
+                                        starttls=starttls, tlsOptions=options, timeout=60)  # fmt: skip
+            return session
+
+        source = IMAPSource(open, "dovecot", commandBytes=1024 * 1024)
+        try:
+            checks: Any = sourceTests.DovecotSourceTests.readAndCheck
+            await checks(self, source, plan, condstore=True)
+        finally:
+            await source.close()
+        self.assertGreater(len(calls), 0)
+
+    async def test_implicitTLS(self) -> None:
+        """
+        Over implicit TLS, every body read is exact.
+        """
+        await self._readOver(starttls=False)
+
+    async def test_starttls(self) -> None:
+        """
+        After STARTTLS, every body read is exact.
+        """
+        await self._readOver(starttls=True)

@@ -20,10 +20,15 @@ L{handshakeFailure} maps what ended the connection during a handshake to
 L{imapmig.errors}.
 
 L{TLSSender} is the TLS write path, installed on the transports
-L{WatchedClientTLS} makes (L{sendThrough}): the pipeline's pieces go to
+L{WatchedClientTLS} makes (L{streamline}): the pipeline's pieces go to
 OpenSSL without Twisted's joins and slices, and the records leave with one
 C{send} per write, straight to the socket as
 L{imapmig.imap.gather.sendNow} sends a plain TCP connection's pieces.
+L{TLSReceiver} is the read path: what one read of the socket brings is
+decrypted into one C{bytes} for the protocol, not one per 16 KiB record.
+Both read Twisted's and pyOpenSSL's private state (C{_tlsConnection},
+C{_handshakeDone}, C{_from_ssl}, ...): the tests of this module pin the
+behaviour they rely on.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from OpenSSL._util import ffi as _ffi, lib as _lib
 from service_identity import VerificationError
 from twisted.internet import error as netError, tcp
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -49,8 +55,9 @@ __all__ = [
     "WatchedConnection",
     "describeTLSError",
     "handshakeFailure",
+    "TLSReceiver",
     "TLSSender",
-    "sendThrough",
+    "streamline",
     "watched",
 ]
 
@@ -60,10 +67,41 @@ The most plaintext one TLS record holds, which Twisted's TLS transport hands
 OpenSSL at a time: a piece at least this long is written unjoined.
 """
 
-_BUFFER_OCTETS = 2**18
+
+class _Scratch:
+    """
+    A buffer OpenSSL reads or writes into, grown as needed and shared by
+    every connection of the process (the reactor runs one at a time, and
+    each empties it before it returns): 10,000 connections do not hold
+    10,000 buffers.
+    """
+
+    def __init__(self, octets: int) -> None:
+        self.buffer = bytearray()
+        self.view = memoryview(self.buffer)
+        self.pointer: Any = None
+        self.reserve(octets)
+
+    def reserve(self, octets: int) -> None:
+        """
+        Make the buffer hold at least C{octets}.
+        """
+        if len(self.buffer) < octets:
+            self.buffer = bytearray(octets)
+            self.view = memoryview(self.buffer)
+            self.pointer = _ffi.from_buffer(self.buffer)
+
+
+_SENDING = _Scratch(2**18)
 """
-The least a L{TLSSender}'s buffer holds: about what one of the pipeline's
-writes makes (its C{WRITE_GATHER}, and the records' overhead).
+What L{TLSSender.flush} reads the records into: about what one of the
+pipeline's writes makes (its C{WRITE_GATHER}, and the records' overhead).
+"""
+
+_RECEIVING = _Scratch(2**16)
+"""
+What L{TLSReceiver} reads plaintext into: the most one read of Twisted's
+TCP transport brings, decrypted.
 """
 
 HEAD_OCTETS = 81
@@ -160,18 +198,18 @@ class WatchedClientTLS:
         # lose its behaviour, so it is left unwatched.
         if type(connection) is SSL.Connection:
             connection.__class__ = WatchedConnection
-        sendThrough(tlsProtocol, connection)
+        streamline(tlsProtocol, connection)
         return connection
 
 
 class TLSSender:
     """
     The write side of one of Twisted's TLS transports
-    (L{TLSMemoryBIOProtocol}), made by L{sendThrough}: each
+    (L{TLSMemoryBIOProtocol}), made by L{streamline}: each
     C{writeSequence} goes to OpenSSL piece by piece (a message body in
     place, the short pieces between bodies joined), and the records OpenSSL
-    made are read out of its memory BIO at once, into a buffer kept for the
-    next time, and sent to the socket with one C{send}
+    made are read out of its memory BIO at once, into a buffer shared by
+    every connection, and sent to the socket with one C{send}
     (L{imapmig.imap.gather.sendNow}) when the TCP transport holds nothing
     unsent, else handed to it.
 
@@ -191,8 +229,6 @@ class TLSSender:
 
     def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
         self._protocol = protocol
-        self._buffer = bytearray()
-        self._cbuffer: Any = None
         self._joined: Any = protocol.writeSequence
         self.direct = 0
 
@@ -244,18 +280,16 @@ class TLSSender:
         bio = connection._from_ssl
         pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
         while pending > 0:
-            if len(self._buffer) < pending:
-                self._buffer = bytearray(max(pending, _BUFFER_OCTETS))
-                self._cbuffer = _ffi.from_buffer(self._buffer)
-            got = _lib.BIO_read(bio, self._cbuffer, pending)
+            _SENDING.reserve(pending)
+            got = _lib.BIO_read(bio, _SENDING.pointer, pending)
             if got <= 0:
                 return
-            self._send(memoryview(self._buffer)[:got])
+            self._send(_SENDING.view[:got])
             pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
 
     def _send(self, records: memoryview) -> None:
         """
-        Send C{records} (a view of the buffer, which the next flush
+        Send C{records} (a view of the shared buffer, which the next flush
         overwrites) to the socket, or hand a copy to the TCP transport.
         """
         transport: Any = self._protocol.transport
@@ -308,13 +342,86 @@ def _records(pieces: Sequence[Piece]) -> list[Piece]:
     return records
 
 
-def sendThrough(tlsProtocol: object, connection: SSL.Connection) -> None:
+class TLSReceiver:
     """
-    Give Twisted's TLS transport C{tlsProtocol} a L{TLSSender}: its
-    C{writeSequence} and C{_flushSendBIO} are the sender's, and the sender
-    is its C{tlsSender} (which L{imapmig.imap.gather.writerFor} hands the
-    pipeline's pieces to, views and all).  Anything but a
-    L{TLSMemoryBIOProtocol} is left alone.
+    The read side of one of Twisted's TLS transports, made by
+    L{streamline}: in place of its C{_flushReceiveBIO}, all the plaintext
+    OpenSSL can give after one read of the socket (up to 64 KiB, four
+    records) is read into a shared buffer and handed to the protocol as one
+    C{bytes}, as plain TCP hands what one C{recv} brought; the end of what
+    there is to read is learnt from C{SSL_get_error}, not from an exception.
+
+    Twisted's own loop calls pyOpenSSL's C{recv} once per 16 KiB record
+    (a fresh 32 KiB buffer each time, then a copy into C{bytes}) and hands
+    each record to the protocol on its own, then calls it once more to
+    catch the C{WantReadError} that says nothing is left.
+    """
+
+    def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
+        self._protocol = protocol
+
+    def receive(self) -> None:
+        """
+        Hand the protocol the plaintext OpenSSL can give now, then send
+        what reading made OpenSSL write (Twisted's C{_flushReceiveBIO}).
+        """
+        protocol: Any = self._protocol
+        if not protocol._handshakeDone:
+            TLSMemoryBIOProtocol._flushReceiveBIO(protocol)
+            return
+        connection = protocol._tlsConnection
+        while not protocol._lostTLSConnection:
+            octets, failure = _decrypted(connection)
+            if octets and not protocol._aborted:
+                ProtocolWrapper.dataReceived(protocol, _RECEIVING.view[:octets].tobytes())
+            if failure is None:
+                if octets < len(_RECEIVING.buffer):
+                    break
+                continue
+            if isinstance(failure.value, SSL.ZeroReturnError):
+                # The server's close_notify: Twisted's answer.
+                protocol._shutdownTLS()
+                protocol._tlsShutdownFinished(None)
+            else:
+                protocol._tlsShutdownFinished(failure)
+        protocol._flushSendBIO()
+
+
+def _decrypted(connection: Any) -> tuple[int, Failure | None]:
+    """
+    Read into L{_RECEIVING} all the plaintext C{connection} can give now,
+    up to the buffer's size.
+
+    @return: the octets read, and L{None} if OpenSSL wants more input (or
+        the buffer is full), else why reading failed (pyOpenSSL's
+        exception, as its C{recv} raises it).
+    """
+    ssl = connection._ssl
+    pointer = _RECEIVING.pointer
+    size = len(_RECEIVING.buffer)
+    total = 0
+    while total < size:
+        result = _lib.SSL_read(ssl, pointer + total, size - total)
+        if result > 0:
+            total += result
+            continue
+        if _lib.SSL_get_error(ssl, result) == _lib.SSL_ERROR_WANT_READ:
+            return total, None
+        try:
+            connection._raise_ssl_error(ssl, result)
+        except SSL.Error:
+            return total, Failure()
+        return total, None
+    return total, None
+
+
+def streamline(tlsProtocol: object, connection: SSL.Connection) -> None:
+    """
+    Give Twisted's TLS transport C{tlsProtocol} a L{TLSSender} and a
+    L{TLSReceiver}: its C{writeSequence}, C{_flushSendBIO} and
+    C{_flushReceiveBIO} are theirs, and the sender is its C{tlsSender}
+    (which L{imapmig.imap.gather.writerFor} hands the pipeline's pieces to,
+    views and all).  Anything but a L{TLSMemoryBIOProtocol} is left alone.
 
     @param connection: the OpenSSL connection made for it, whose partial
         writes are turned off: into a memory BIO, which never refuses a
@@ -328,6 +435,7 @@ def sendThrough(tlsProtocol: object, connection: SSL.Connection) -> None:
     protocol: Any = tlsProtocol
     protocol.writeSequence = sender.writeSequence
     protocol._flushSendBIO = sender.flush
+    protocol._flushReceiveBIO = TLSReceiver(tlsProtocol).receive
     protocol.tlsSender = sender
 
 
