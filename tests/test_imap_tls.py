@@ -1023,14 +1023,20 @@ class DovecotReadTests(TestCase):
             session = await openSession(endpoint, reactor, description="dovecot",
                                         user=user.name, password=user.password,
                                         starttls=starttls, tlsOptions=options, timeout=60)  # fmt: skip
+            sessions.append(session)
             return session
 
+        sessions: list[Any] = []
         source = IMAPSource(open, "dovecot", commandBytes=1024 * 1024)
         try:
             checks: Any = sourceTests.DovecotSourceTests.readAndCheck
             await checks(self, source, plan, condstore=True)
         finally:
             await source.close()
+            # Logging out closes TLS (close_notify), then waits for the
+            # server to close the connection.
+            for session in sessions:
+                await session.client.closed
         self.assertGreater(len(calls), 0)
 
     async def test_implicitTLS(self) -> None:
