@@ -1,28 +1,40 @@
 """
 Tests for L{imapmig.imap.tls}: every way a TLS handshake fails ends in a
 clear error of imapmig's, naming the server, never an internal error; a
-message body is written to OpenSSL in place.
+message body is written to OpenSSL in place, and what a write made leaves
+in one piece; what one read brings reaches the protocol in one piece; a
+stall, a reset mid-record, a renegotiation, a close_notify and a short
+write lose nothing and hang nothing.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from typing import Any
 
 from OpenSSL import SSL
-from twisted.internet import reactor as globalReactor
+from twisted.internet import reactor as globalReactor, tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.endpoints import TCP4ClientEndpoint, TCP4ServerEndpoint, wrapClientTLS
 from twisted.internet.error import ConnectionDone, ConnectionLost
 from twisted.internet.protocol import Factory, Protocol
-from twisted.internet.ssl import Certificate, PrivateCertificate, optionsForClientTLS
+from twisted.internet.ssl import (
+    Certificate,
+    CertificateOptions,
+    PrivateCertificate,
+    TLSVersion,
+    optionsForClientTLS,
+)
 from twisted.internet.task import Clock
-from twisted.internet.testing import StringTransport
+from twisted.internet.testing import MemoryReactor, StringTransport
 from twisted.protocols.tls import TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from twisted.test.iosim import connectedServerAndClient
 from twisted.trial.unittest import SynchronousTestCase, TestCase
+from zope.interface import implementer
 
 from imapmig.config import parseConfig
 from imapmig.errors import (
@@ -37,12 +49,13 @@ from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.opening import openSession
 from imapmig.imap.tls import (
     HandshakeClosed,
+    TLSReceiver,
     WatchedClientTLS,
     WatchedConnection,
     describeTLSError,
     handshakeFailure,
     watched,
-    writeUnjoined,
+    streamline,
 )
 from imapmig.progress import JobState
 from imapmig.daemon.service import buildService
@@ -522,24 +535,147 @@ class _Received(Protocol):
         self.received += data
 
 
-class UnjoinedWriteTests(SynchronousTestCase):
+def _certificates(test: SynchronousTestCase) -> tuple[PrivateCertificate, Certificate]:
     """
-    L{writeUnjoined}: the connections L{WatchedClientTLS} makes hand a
-    message body to OpenSSL in place, in order, the bytes unchanged.
+    The test CA's server certificate with its key, and the CA's.
+    """
+    tlsDir = os.path.abspath(test.mktemp())
+    writeTestCertificates(tlsDir)
+    with open(os.path.join(tlsDir, "server.pem")) as f, \
+            open(os.path.join(tlsDir, "server.key")) as k:
+        serverCertificate = PrivateCertificate.loadPEM(f.read() + k.read())
+    with open(os.path.join(tlsDir, "ca.pem"), "rb") as f:
+        trust = Certificate.loadPEM(f.read())
+    return serverCertificate, trust
+
+
+def _recordingSends(connection: Any) -> list[object]:
+    """
+    What C{connection}, an OpenSSL connection, is handed to encrypt, from
+    now on.
+    """
+    sent: list[object] = []
+    send = connection.send
+
+    def recordingSend(data: Any, flags: int = 0) -> int:
+        sent.append(data)
+        taken: int = send(data, flags)
+        return taken
+
+    connection.send = recordingSend
+    return sent
+
+
+class _TLSPairCase(SynchronousTestCase):
+    """
+    Tests of a client TLS transport with watched options against a TLS
+    server, in memory.
     """
 
-    def _connected(self) -> tuple[TLSMemoryBIOProtocol, _Received, Any, Clock]:
+    def _connected(
+        self, clientProtocol: Protocol | None = None, highest: TLSVersion | None = None
+    ) -> tuple[TLSMemoryBIOProtocol, _Received, Any, Clock]:
         """
-        A client TLS transport with watched options and a TLS server, in
-        memory, handshake done; the server's protocol keeps what arrives.
+        A client TLS transport with watched options and a TLS server (of at
+        most TLS version C{highest} if given), in memory, handshake done;
+        the server's protocol keeps what arrives.
         """
-        tlsDir = os.path.abspath(self.mktemp())
-        writeTestCertificates(tlsDir)
-        with open(os.path.join(tlsDir, "server.pem")) as f, \
-                open(os.path.join(tlsDir, "server.key")) as k:
-            serverCertificate = PrivateCertificate.loadPEM(f.read() + k.read())
-        with open(os.path.join(tlsDir, "ca.pem"), "rb") as f:
-            trust = Certificate.loadPEM(f.read())
+        serverCertificate, trust = _certificates(self)
+        clock = Clock()
+        received = _Received()
+        clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
+        clientFactory = TLSMemoryBIOFactory(
+            clientOptions, True, _OneProtocolFactory(clientProtocol or Protocol()), clock=clock
+        )
+        serverOptions = CertificateOptions(
+            privateKey=serverCertificate.privateKey.original,
+            certificate=serverCertificate.original,
+            lowerMaximumSecurityTo=highest,
+        )
+        serverFactory = TLSMemoryBIOFactory(serverOptions, False,
+                                            _OneProtocolFactory(received), clock=clock)  # fmt: skip
+        address = IPv4Address("TCP", "127.0.0.1", 993)
+        client, server, pump = connectedServerAndClient(
+            lambda: serverFactory.buildProtocol(address),
+            lambda: clientFactory.buildProtocol(address),
+        )
+        pump.flush()
+        return client, received, pump, clock
+
+
+class SenderTests(_TLSPairCase):
+    """
+    L{TLSSender}: the connections L{WatchedClientTLS} makes hand a message
+    body to OpenSSL in place and send what a write made in one piece, in
+    order, the bytes unchanged.
+    """
+
+    def test_bodyInPlace(self) -> None:
+        """
+        A C{writeSequence} holding a body of 16 KiB or more reaches OpenSSL
+        with the body itself (no join, no slice copied), the short pieces
+        around it joined, after what was written before it; the server
+        reads every octet in order.
+        """
+        client, received, pump, clock = self._connected()
+        sent = _recordingSends(client._tlsConnection)
+        body = bytes(range(256)) * 200  # 51,200 octets: four records
+        client.write(b"A0 NOOP\r\n")
+        client.writeSequence([b"A1 APPEND INBOX {51200+}\r\n", body, b"\r\n", b"A2 NOOP\r\n"])
+        client.writeSequence([b"A3 NOOP", b"\r\n"])
+        pump.flush()
+        self.assertEqual(received.received, b"A0 NOOP\r\nA1 APPEND INBOX {51200+}\r\n" + body
+                         + b"\r\nA2 NOOP\r\nA3 NOOP\r\n")  # fmt: skip
+        self.assertEqual(sent, [b"A0 NOOP\r\n", b"A1 APPEND INBOX {51200+}\r\n", body,
+                                b"\r\nA2 NOOP\r\n", b"A3 NOOP\r\n"])  # fmt: skip
+        self.assertIs(sent[2], body)
+        clock.advance(0)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_viewInPlace(self) -> None:
+        """
+        A body given as a C{memoryview} (of a C{bytearray}, or a slice of a
+        large literal) reaches OpenSSL as that view, and the server reads
+        it.
+        """
+        client, received, pump, clock = self._connected()
+        sent = _recordingSends(client._tlsConnection)
+        body = memoryview(bytearray(b"x" * 40000))[1000:]
+        sender = client.tlsSender
+        sender.writeSequence([b"A1 APPEND INBOX {39000+}\r\n", body, b"\r\n"])
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {39000+}\r\n" + b"x" * 39000
+                         + b"\r\n")  # fmt: skip
+        self.assertIs(sent[1], body)
+
+    def test_oneWritePerSequence(self) -> None:
+        """
+        The records OpenSSL made for one C{writeSequence} reach the
+        transport in one write, not one per 16 KiB record.
+        """
+        client, received, pump, clock = self._connected()
+        transport: Any = client.transport
+        writes: list[bytes] = []
+        write = transport.write
+
+        def recordingWrite(data: bytes) -> None:
+            writes.append(data)
+            write(data)
+
+        transport.write = recordingWrite
+        body = b"y" * 100000
+        client.writeSequence([b"A1 APPEND INBOX {100000+}\r\n", body, b"\r\n"])
+        self.assertEqual(len(writes), 1)
+        self.assertGreater(len(writes[0]), 100000)
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {100000+}\r\n" + body + b"\r\n")
+
+    def test_beforeHandshake(self) -> None:
+        """
+        Pieces written before the handshake finished are held, as Twisted
+        holds them, and sent after it, in order.
+        """
+        serverCertificate, trust = _certificates(self)
         clock = Clock()
         received = _Received()
         clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
@@ -551,43 +687,366 @@ class UnjoinedWriteTests(SynchronousTestCase):
         client, server, pump = connectedServerAndClient(
             lambda: serverFactory.buildProtocol(address),
             lambda: clientFactory.buildProtocol(address),
+            greet=False,
         )
-        pump.flush()
-        return client, received, pump, clock
-
-    def test_bodyInPlace(self) -> None:
-        """
-        A C{writeSequence} holding a body of 16 KiB or more reaches OpenSSL
-        with the body as C{memoryview}s of the piece itself (no join, no
-        slice copied), after what was written before it; the server reads
-        every octet in order.
-        """
-        client, received, pump, clock = self._connected()
-        sent: list[object] = []
-        connection = client._tlsConnection
-        send = connection.send
-
-        def recordingSend(data: Any, flags: int = 0) -> int:
-            sent.append(data)
-            return send(data, flags)
-
-        connection.send = recordingSend  # type: ignore[method-assign,assignment]
-        body = bytes(range(256)) * 200  # 51,200 octets: four records
-        client.write(b"A0 NOOP\r\n")
-        client.writeSequence([b"A1 APPEND INBOX {51200+}\r\n", body, b"\r\n"])
-        client.writeSequence([b"A2 NOOP", b"\r\n"])
+        self.assertFalse(client._handshakeDone)
+        body = b"z" * 20000
+        client.writeSequence([b"A1 APPEND INBOX {20000+}\r\n", body, b"\r\n"])
         clock.advance(0)
         pump.flush()
-        self.assertEqual(received.received, b"A0 NOOP\r\nA1 APPEND INBOX {51200+}\r\n" + body
-                         + b"\r\nA2 NOOP\r\n")  # fmt: skip
-        views = [d for d in sent if isinstance(d, memoryview)]
-        self.assertEqual(len(views), 4)
-        self.assertTrue(all(view.obj is body for view in views))
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {20000+}\r\n" + body + b"\r\n")
+
+    def _overSocket(
+        self, sendBuffer: int = 0
+    ) -> tuple[TLSMemoryBIOProtocol, tcp.Connection, SSL.Connection, socket.socket]:
+        """
+        A client TLS transport with watched options over a real TCP
+        connection on loopback (its socket non-blocking, C{SO_SNDBUF} set
+        to C{sendBuffer} if not 0), handshake done with an in-memory OpenSSL
+        server whose ciphertext goes through the peer socket, also
+        returned.
+        """
+        serverCertificate, trust = _certificates(self)
+        listener = socket.create_server(("127.0.0.1", 0))
+        if sendBuffer:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, sendBuffer)
+        ours = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        if sendBuffer:
+            ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sendBuffer)
+        ours.connect(listener.getsockname())
+        theirs, _ = listener.accept()
+        listener.close()
+        ours.setblocking(False)
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        theirs.settimeout(10)
+        clientOptions = WatchedClientTLS(optionsForClientTLS("localhost", trustRoot=trust))
+        factory = TLSMemoryBIOFactory(clientOptions, True, _OneProtocolFactory(Protocol()),
+                                      clock=Clock())  # fmt: skip
+        client = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 993))
+        connection = tcp.Connection(ours, client, MemoryReactor())
+        connection.connected = 1
+        client.makeConnection(connection)
+        server = SSL.Connection(serverCertificate.options().getContext(), None)
+        server.set_accept_state()
+        while not client._handshakeDone:
+            server.bio_write(theirs.recv(1 << 16))
+            try:
+                server.do_handshake()
+            except SSL.WantReadError:
+                pass
+            client.dataReceived(_drained(server))
+        return client, connection, server, theirs
+
+    def test_straightToSocket(self) -> None:
+        """
+        Over a TCP connection holding nothing unsent, the records go
+        straight to its socket (the transport's buffer stays empty), and
+        the server decrypts what was written; the handshake's records go
+        the same way.
+        """
+        client, connection, server, theirs = self._overSocket()
+        sender = client.tlsSender
+        self.assertGreater(sender.direct, 0)
+        body = bytes(range(256)) * 300
+        sender.writeSequence([b"A1 APPEND INBOX {76800+}\r\n", body, b"\r\n"])
+        self.assertEqual(connection.dataBuffer, b"")
+        self.assertEqual(connection._tempDataBuffer, [])
+        expected = b"A1 APPEND INBOX {76800+}\r\n" + body + b"\r\n"
+        plain = b""
+        while len(plain) < len(expected):
+            server.bio_write(theirs.recv(1 << 16))
+            plain += _decrypted(server)
+        self.assertEqual(plain, expected)
+
+    def test_shortWrite(self) -> None:
+        """
+        A peer that stalls: the socket takes part of the records (the rest
+        would block), the rest waits in the TCP transport, whose producer
+        (the writer's, through the TLS transport) is paused, so nothing
+        more piles up; once the peer reads again, every octet arrives in
+        order and the producer is resumed.
+        """
+        client, connection, server, theirs = self._overSocket(sendBuffer=4096)
+        producer = _Producer()
+        client.registerProducer(producer, True)
+        sender = client.tlsSender
+        body = bytes(range(256)) * 4096  # 1 MiB
+        sender.writeSequence([b"A1 APPEND INBOX {1048576+}\r\n", body, b"\r\n"])
+        self.assertGreater(sender.direct, 0)
+        self.assertGreater(len(connection.dataBuffer) + connection._tempDataLen, 0)
+        self.assertTrue(producer.paused)
+        expected = b"A1 APPEND INBOX {1048576+}\r\n" + body + b"\r\n"
+        plain = b""
+        while len(plain) < len(expected):
+            server.bio_write(theirs.recv(1 << 16))
+            plain += _decrypted(server)
+            connection.doWrite()
+        self.assertEqual(plain, expected)
+        self.assertFalse(producer.paused)
+
+
+@implementer(IPushProducer)
+class _Producer:
+    """
+    A writer's producer: paused or not.
+    """
+
+    paused = False
+
+    def pauseProducing(self) -> None:
+        self.paused = True
+
+    def resumeProducing(self) -> None:
+        self.paused = False
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class _Reads(Protocol):
+    """
+    Keeps each piece that arrives, and why the connection ended.
+    """
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.reason: Failure | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        self.pieces.append(data)
+
+    def connectionLost(self, reason: Failure = Failure(ConnectionDone())) -> None:
+        self.reason = reason
+
+
+class ReceiverTests(_TLSPairCase):
+    """
+    L{TLSReceiver}: what one read brings reaches the protocol as one piece,
+    whatever the number of records; the server's close_notify after it
+    still ends the connection cleanly.
+    """
+
+    def test_recordsTogether(self) -> None:
+        """
+        Four records' worth of data from the server, arriving in one read,
+        reach the protocol in one C{dataReceived}, intact.
+        """
+        reads = _Reads()
+        client, received, pump, clock = self._connected(reads)
+        data = bytes(range(256)) * 200  # 51,200 octets: four records
+        pump.server.write(data)
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(reads.pieces, [data])
+
+    def test_closeNotifyAfterData(self) -> None:
+        """
+        Data and the server's close_notify in one read: the protocol gets
+        the data, then a clean end (L{ConnectionDone}).
+        """
+        reads = _Reads()
+        client, received, pump, clock = self._connected(reads)
+        pump.server.write(b"* BYE bye\r\n")
+        pump.server.loseConnection()
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(reads.pieces, [b"* BYE bye\r\n"])
+        assert reads.reason is not None
+        self.assertIsInstance(reads.reason.value, ConnectionDone)
+
+    def _wire(self, reads: _Reads, data: bytes) -> tuple[TLSMemoryBIOProtocol, bytes]:
+        """
+        The client transport, and the records the server made for C{data},
+        not yet delivered.
+        """
+        client, received, pump, clock = self._connected(reads)
+        pump.server.write(data)
+        clock.advance(0)
+        wire: bytes = pump.serverIO.getOutBuffer()
+        return client, wire
+
+    def test_stalledMidRecord(self) -> None:
+        """
+        A server that stops in the middle of a record (even of its
+        header): nothing is handed on and nothing fails until the rest
+        comes, then every record is, in order.
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 200
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire[:3])
+        client.dataReceived(wire[3:16000])
+        self.assertEqual(reads.pieces, [])
+        client.dataReceived(wire[16000:17000])
+        self.assertEqual(reads.pieces, [data[:16384]])
+        for start in range(17000, len(wire), 7000):
+            client.dataReceived(wire[start : start + 7000])
+        self.assertEqual(b"".join(reads.pieces), data)
+        self.assertIsNone(reads.reason)
+
+    def test_resetMidRecord(self) -> None:
+        """
+        The connection ending in the middle of a record, even cleanly: the
+        whole records before it are handed on, the part is not, and the
+        protocol learns the data was cut (L{ConnectionLost}, not
+        L{ConnectionDone}).
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 200
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire[:20000])
+        client.connectionLost(Failure(ConnectionDone()))
+        self.assertEqual(reads.pieces, [data[:16384]])
+        assert reads.reason is not None
+        self.assertIsInstance(reads.reason.value, ConnectionLost)
+
+    def test_renegotiation(self) -> None:
+        """
+        A TLS 1.2 server asking to renegotiate in the middle of the
+        conversation: the client answers, the data after it and the
+        client's writes arrive intact.
+        """
+        reads = _Reads()
+        client, received, pump, clock = self._connected(reads, TLSVersion.TLSv1_2)
+        server = pump.server
+        server.write(b"* OK before\r\n")
+        clock.advance(0)
+        server._tlsConnection.renegotiate()
+        server._tlsConnection.do_handshake()  # the HelloRequest
+        server._flushSendBIO()
+        data = bytes(range(256)) * 200
+        server.write(data)
+        client.write(b"A1 NOOP\r\n")
+        clock.advance(0)
+        pump.flush()
+        clock.advance(0)
+        pump.flush()
+        self.assertEqual(b"".join(reads.pieces), b"* OK before\r\n" + data)
+        self.assertEqual(received.received, b"A1 NOOP\r\n")
+        self.assertFalse(server._tlsConnection.renegotiate_pending())
+        self.assertEqual(server._tlsConnection.total_renegotiations(), 1)
+        self.assertIsNone(reads.reason)
+
+
+def _drained(connection: SSL.Connection) -> bytes:
+    """
+    What an in-memory OpenSSL connection has to send.
+    """
+    out = b""
+    while True:
+        try:
+            out += connection.bio_read(1 << 16)
+        except SSL.WantReadError:
+            return out
+
+
+def _decrypted(connection: SSL.Connection) -> bytes:
+    """
+    The plaintext an in-memory OpenSSL connection can read now.
+    """
+    out = b""
+    while True:
+        try:
+            out += connection.recv(1 << 16)
+        except SSL.WantReadError:
+            return out
+
+
+class OtherTransportTests(SynchronousTestCase):
+    """
+    L{streamline} touches Twisted's TLS transports only.
+    """
 
     def test_otherTransportsUntouched(self) -> None:
         """
         Anything but Twisted's TLS transport keeps its own C{writeSequence}.
         """
         transport = StringTransport()
-        writeUnjoined(transport)
+        streamline(transport, SSL.Connection(SSL.Context(SSL.TLS_METHOD)))
         self.assertNotIn("writeSequence", vars(transport))
+
+
+class DovecotReadTests(TestCase):
+    """
+    L{TLSReceiver} against the private Dovecot: an account holding a 5 MB
+    message and others (C{tests.test_sources_imap}'s) read with
+    L{imapmig.sources.imap.IMAPSource} over implicit TLS and after
+    STARTTLS, every body exact.
+    """
+
+    def setUp(self) -> None:
+        """
+        Skip without a Dovecot binary.
+        """
+        from imapmig.testing.dovecot import requireDovecot
+
+        requireDovecot(self)
+
+    async def _readOver(self, starttls: bool) -> None:
+        """
+        Load a fresh account, read it back over TLS (STARTTLS on the plain
+        port if C{starttls}, else the implicit-TLS port), and check it; the
+        plaintext came through L{TLSReceiver}.
+        """
+        from twisted.internet import reactor
+
+        from imapmig.access.tlsidentity import HostnameVerifyingTLS, trustRootFrom
+        from imapmig.sources.imap import IMAPSource
+        from tests import test_sources_imap as sourceTests
+        from tests.support import freshUser, sharedDovecot
+
+        instance = sharedDovecot()
+        user = freshUser(instance)
+        plan = sourceTests._load(instance, user)
+        options = WatchedClientTLS(
+            HostnameVerifyingTLS("localhost", trustRootFrom(instance.caCertificatePath))
+        )
+        calls: list[object] = []
+        receive = TLSReceiver.receive
+
+        def counted(receiver: TLSReceiver) -> None:
+            calls.append(receiver)
+            receive(receiver)
+
+        self.patch(TLSReceiver, "receive", counted)
+
+        async def open() -> Any:
+            if starttls:
+                endpoint: Any = TCP4ClientEndpoint(reactor, "127.0.0.1", instance.port)
+            else:
+                endpoint = wrapClientTLS(
+                    options, TCP4ClientEndpoint(reactor, "127.0.0.1", instance.tlsPort)
+                )
+            session = await openSession(endpoint, reactor, description="dovecot",
+                                        user=user.name, password=user.password,
+                                        starttls=starttls, tlsOptions=options, timeout=60)  # fmt: skip
+            sessions.append(session)
+            return session
+
+        sessions: list[Any] = []
+        source = IMAPSource(open, "dovecot", commandBytes=1024 * 1024)
+        try:
+            checks: Any = sourceTests.DovecotSourceTests.readAndCheck
+            await checks(self, source, plan, condstore=True)
+        finally:
+            await source.close()
+            # Logging out closes TLS (close_notify), then waits for the
+            # server to close the connection.
+            for session in sessions:
+                await session.client.closed
+        self.assertGreater(len(calls), 0)
+
+    async def test_implicitTLS(self) -> None:
+        """
+        Over implicit TLS, every body read is exact.
+        """
+        await self._readOver(starttls=False)
+
+    async def test_starttls(self) -> None:
+        """
+        After STARTTLS, every body read is exact.
+        """
+        await self._readOver(starttls=True)

@@ -1013,7 +1013,7 @@ class LargeMessageTests(TestCase):
     """
     Messages above the large-file threshold are streamed from their files;
     over TLS, bodies of a record or more are handed to OpenSSL in place
-    (L{imapmig.imap.tls.writeUnjoined}); every octet arrives as it was.
+    (L{imapmig.imap.tls.TLSSender}); every octet arrives as it was.
     """
 
     async def _migrateIdentical(

@@ -17,9 +17,9 @@ leave together.
 
 Only a plain TCP transport is written this way: a TLS one (implicit, or
 after STARTTLS) must encrypt the octets, and a COMPRESS one deflate them,
-so they keep C{writeSequence}.  (A TLS transport could take the same
-pieces without a join by handing each large one to C{SSL_write} in turn:
-L{imapmig.imap.tls}'s business, not this module's.)  Nothing in Twisted
+so they keep C{writeSequence}, except a TLS transport made by
+L{imapmig.imap.tls}: its sender encrypts the pieces in place and sends the
+records with L{sendNow}, the same way.  Nothing in Twisted
 offered this: its transports join.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from twisted.internet import tcp
 
-__all__ = ["GatherWriter", "Piece", "TransportWriter", "writerFor"]
+__all__ = ["GatherWriter", "Piece", "TransportWriter", "idle", "sendNow", "writerFor"]
 
 Piece = bytes | memoryview
 """
@@ -70,35 +70,54 @@ class GatherWriter:
         would.
         """
         transport = self._transport
-        if (
-            transport._tempDataLen
-            or len(transport.dataBuffer) > transport.offset
-            or not transport.connected
-            or transport.disconnecting
-            or transport._writeDisconnected
-            or transport.TLS
-        ):
+        if transport.TLS or not idle(transport):
             transport.writeSequence(_asBytes(pieces))
             return
+        self.direct += sendNow(self._socket, pieces, transport)
+
+
+def idle(connection: Any) -> bool:
+    """
+    Whether C{connection}, a L{tcp.Connection}, holds nothing unsent and is
+    open for writing: then octets sent straight to its socket cannot pass
+    any it was given before.
+    """
+    return not (
+        connection._tempDataLen
+        or len(connection.dataBuffer) > connection.offset
+        or not connection.connected
+        or connection.disconnecting
+        or connection._writeDisconnected
+    )
+
+
+def sendNow(sock: socket.socket, pieces: Sequence[Piece], transport: Any) -> int:
+    """
+    Send C{pieces} to C{sock} with one C{sendmsg}, whatever it does not
+    take handed to C{transport}'s C{writeSequence} (which writes the octets
+    unchanged to the same socket when it is writable); the caller has
+    checked that the connection is L{idle}.
+
+    @return: the octets sent straight to the socket.
+    """
+    total = 0
+    for piece in pieces:
+        total += len(piece)
+    try:
+        if len(pieces) <= _IOV_MAX:
+            sent = sock.sendmsg(pieces)
+        else:
+            sent = sock.sendmsg(pieces[:_IOV_MAX])
+    except BlockingIOError:
         sent = 0
-        total = 0
-        for piece in pieces:
-            total += len(piece)
-        try:
-            if len(pieces) <= _IOV_MAX:
-                sent = self._socket.sendmsg(pieces)
-            else:
-                sent = self._socket.sendmsg(pieces[:_IOV_MAX])
-        except BlockingIOError:
-            sent = 0
-        except OSError:
-            # The transport finds the error again, and reports the loss as
-            # it does for its own writes.
-            transport.writeSequence(pieces)
-            return
-        self.direct += sent
-        if sent < total:
-            transport.writeSequence(_unsent(pieces, sent))
+    except OSError:
+        # The transport finds the error again, and reports the loss as
+        # it does for its own writes.
+        transport.writeSequence(_asBytes(pieces))
+        return 0
+    if sent < total:
+        transport.writeSequence(_unsent(pieces, sent))
+    return sent
 
 
 def _asBytes(pieces: Sequence[Piece]) -> list[bytes]:
@@ -141,14 +160,21 @@ class TransportWriter:
         self._transport.writeSequence(_asBytes(pieces))
 
 
-def writerFor(transport: Any) -> GatherWriter | TransportWriter:
+def writerFor(transport: Any) -> Any:
     """
-    A L{GatherWriter} for C{transport} if it is a plain TCP connection
-    (Twisted's own, without TLS), else a L{TransportWriter}: written as
+    What writes the pipeline's pieces to C{transport}: a L{GatherWriter} if
+    it is a plain TCP connection (Twisted's own, without TLS); the TLS
+    layer's own sender if it has one (L{imapmig.imap.tls.TLSSender}, which
+    takes the pieces as they are); else a L{TransportWriter}: written as
     usual.
     """
-    if isinstance(transport, tcp.Connection) and not transport.TLS:
-        sock = transport.getHandle()
-        if isinstance(sock, socket.socket):
-            return GatherWriter(transport, sock)
-    return TransportWriter(transport)
+    if isinstance(transport, tcp.Connection):
+        if not transport.TLS:
+            sock = transport.getHandle()
+            if isinstance(sock, socket.socket):
+                return GatherWriter(transport, sock)
+        # Under STARTTLS, the TLS layer is the connection's protocol.
+        sender = getattr(transport.protocol, "tlsSender", None)
+    else:
+        sender = getattr(transport, "tlsSender", None)
+    return sender if sender is not None else TransportWriter(transport)

@@ -19,25 +19,35 @@ transport's own reason (closed or reset) for an end with no TLS answer.
 L{handshakeFailure} maps what ended the connection during a handshake to
 L{imapmig.errors}.
 
-L{writeUnjoined} is the TLS write path's one change: Twisted's TLS
-transport joins a C{writeSequence} into one string (a copy of every
-message body it holds) and then slices it into 16 KiB records (a second
-copy); the connections L{WatchedClientTLS} makes hand a body of a record or
-more to OpenSSL as a C{memoryview}, read in place.
+L{TLSSender} is the TLS write path, installed on the transports
+L{WatchedClientTLS} makes (L{streamline}): the pipeline's pieces go to
+OpenSSL without Twisted's joins and slices, and the records leave with one
+C{send} per write, straight to the socket as
+L{imapmig.imap.gather.sendNow} sends a plain TCP connection's pieces.
+L{TLSReceiver} is the read path: what one read of the socket brings is
+decrypted into one C{bytes} for the protocol, not one per 16 KiB record.
+Both read Twisted's and pyOpenSSL's private state (C{_tlsConnection},
+C{_handshakeDone}, C{_from_ssl}, ...): the tests of this module pin the
+behaviour they rely on.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import socket
+from typing import Any, Sequence
 
 from OpenSSL import SSL
+from OpenSSL._util import ffi as _ffi, lib as _lib
 from service_identity import VerificationError
-from twisted.internet import error as netError
+from twisted.internet import error as netError, tcp
 from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from twisted.protocols.policies import ProtocolWrapper
 from twisted.protocols.tls import TLSMemoryBIOProtocol
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from imapmig.errors import ImapmigError, NotTLS, TLSFailed, TLSInterrupted, escapedExcerpt
+from imapmig.imap.gather import Piece, idle, sendNow
 
 __all__ = [
     "HandshakeClosed",
@@ -45,14 +55,53 @@ __all__ = [
     "WatchedConnection",
     "describeTLSError",
     "handshakeFailure",
+    "TLSReceiver",
+    "TLSSender",
+    "streamline",
     "watched",
-    "writeUnjoined",
 ]
 
 RECORD_PAYLOAD = 2**14
 """
 The most plaintext one TLS record holds, which Twisted's TLS transport hands
 OpenSSL at a time: a piece at least this long is written unjoined.
+"""
+
+
+class _Scratch:
+    """
+    A buffer OpenSSL reads or writes into, grown as needed and shared by
+    every connection of the process (the reactor runs one at a time, and
+    each empties it before it returns): 10,000 connections do not hold
+    10,000 buffers.
+    """
+
+    def __init__(self, octets: int) -> None:
+        self.buffer = bytearray()
+        self.view = memoryview(self.buffer)
+        self.pointer: Any = None
+        self.reserve(octets)
+
+    def reserve(self, octets: int) -> None:
+        """
+        Make the buffer hold at least C{octets}.
+        """
+        if len(self.buffer) < octets:
+            self.buffer = bytearray(octets)
+            self.view = memoryview(self.buffer)
+            self.pointer = _ffi.from_buffer(self.buffer)
+
+
+_SENDING = _Scratch(2**18)
+"""
+What L{TLSSender.flush} reads the records into: about what one of the
+pipeline's writes makes (its C{WRITE_GATHER}, and the records' overhead).
+"""
+
+_RECEIVING = _Scratch(2**16)
+"""
+What L{TLSReceiver} reads plaintext into: the most one read of Twisted's
+TCP transport brings, decrypted.
 """
 
 HEAD_OCTETS = 81
@@ -149,53 +198,245 @@ class WatchedClientTLS:
         # lose its behaviour, so it is left unwatched.
         if type(connection) is SSL.Connection:
             connection.__class__ = WatchedConnection
-        writeUnjoined(tlsProtocol)
+        streamline(tlsProtocol, connection)
         return connection
 
 
-def writeUnjoined(tlsProtocol: object) -> None:
+class TLSSender:
     """
-    Give Twisted's TLS transport C{tlsProtocol} a C{writeSequence} that
-    does not copy large pieces: a sequence holding a piece of
-    L{RECORD_PAYLOAD} octets or more (a message body) is written in order,
-    each such piece as a C{memoryview} that the transport cuts into records
-    without copying and OpenSSL encrypts in place, the short pieces between
-    them (command lines, the CRLF) joined; a sequence of short pieces only
-    goes the transport's own way (joined, then gathered with the writes of
-    the same reactor turn).  Anything but a L{TLSMemoryBIOProtocol} is left
-    alone.
+    The write side of one of Twisted's TLS transports
+    (L{TLSMemoryBIOProtocol}), made by L{streamline}: each
+    C{writeSequence} goes to OpenSSL piece by piece (a message body in
+    place, the short pieces between bodies joined), and the records OpenSSL
+    made are read out of its memory BIO at once, into a buffer shared by
+    every connection, and sent to the socket with one C{send}
+    (L{imapmig.imap.gather.sendNow}) when the TCP transport holds nothing
+    unsent, else handed to it.
 
-    The transport's small-write aggregator (Twisted's
-    C{BufferingTLSTransport}) is flushed first, so that what was written
-    before stays before.
+    Twisted's own path copies every octet four more times: the join of the
+    sequence, the small-write aggregator's copy and join (and a write put
+    off to the next reactor turn), the 16 KiB slices, pyOpenSSL's copy of
+    each record into C{bytes}, and the TCP transport's join of the records;
+    and it calls Python functions per 16 KiB record.
+
+    It replaces the transport's C{_flushSendBIO} too, so that the
+    handshake's and the shutdown's records take the same way, and reads
+    Twisted's state (C{_handshakeDone}, C{_appSendBuffer}, ...) to write
+    through only where Twisted's own C{write} would reach OpenSSL at once.
+
+    @ivar direct: octets of records sent straight to the socket.
+    """
+
+    def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
+        self._protocol = protocol
+        self._joined: Any = protocol.writeSequence
+        self.direct = 0
+
+    def writeSequence(self, pieces: Sequence[Piece]) -> None:
+        """
+        Encrypt C{pieces}, in order after what was written before, and send
+        the records.
+        """
+        protocol: Any = self._protocol
+        if (
+            not protocol._handshakeDone
+            or protocol._appSendBuffer
+            or protocol._lostTLSConnection
+            or protocol._aborted
+            or (protocol.disconnecting and protocol._producer is None)
+        ):
+            # Twisted's way: held until the handshake, after what is held,
+            # or dropped.
+            self._joined([bytes(piece) for piece in pieces])
+            return
+        aggregator = getattr(protocol, "_aggregator", None)
+        if aggregator is not None and aggregator._buffer:
+            aggregator.flush()
+        records = _records(pieces)
+        connection = protocol._tlsConnection
+        for index, record in enumerate(records):
+            try:
+                held = _sendAll(connection, record)
+            except SSL.Error:
+                protocol._tlsShutdownFinished(Failure())
+                return
+            if held is not None:
+                # A renegotiation (TLS 1.2) waits for the server: the rest
+                # is held, as Twisted holds it, until it answers.
+                protocol._bufferedWrite(b"".join([held, *records[index + 1 :]]))
+                break
+        self.flush()
+
+    def flush(self) -> None:
+        """
+        Send what OpenSSL has written to its memory BIO (Twisted's
+        C{_flushSendBIO}, without a Python call per record or a copy into
+        C{bytes}).
+        """
+        protocol: Any = self._protocol
+        connection = protocol._tlsConnection
+        if connection is None:
+            return
+        bio = connection._from_ssl
+        pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
+        while pending > 0:
+            _SENDING.reserve(pending)
+            got = _lib.BIO_read(bio, _SENDING.pointer, pending)
+            if got <= 0:
+                return
+            self._send(_SENDING.view[:got])
+            pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
+
+    def _send(self, records: memoryview) -> None:
+        """
+        Send C{records} (a view of the shared buffer, which the next flush
+        overwrites) to the socket, or hand a copy to the TCP transport.
+        """
+        transport: Any = self._protocol.transport
+        connection = getattr(transport, "_connection", transport)  # under STARTTLS: _BypassTLS
+        if isinstance(connection, tcp.Connection) and idle(connection):
+            sock = connection.socket
+            if isinstance(sock, socket.socket):
+                self.direct += sendNow(sock, [records], transport)
+                return
+        transport.write(records.tobytes())
+
+
+def _sendAll(connection: SSL.Connection, record: Piece) -> Piece | None:
+    """
+    Hand all of C{record} to OpenSSL, a partial write (possible under
+    C{SSL_MODE_ENABLE_PARTIAL_WRITE}) resumed where it stopped.
+
+    @return: L{None}, or the part OpenSSL did not take because it waits
+        for the server (C{WantReadError}).
+    """
+    view = record
+    while True:
+        try:
+            sent = connection.send(view)
+        except SSL.WantReadError:
+            return view
+        if sent == len(view):
+            return None
+        view = memoryview(view)[sent:]
+
+
+def _records(pieces: Sequence[Piece]) -> list[Piece]:
+    """
+    What to hand OpenSSL for C{pieces}: each piece of L{RECORD_PAYLOAD}
+    octets or more as it is (read in place), the runs of shorter pieces
+    between them joined (one record rather than one each).
+    """
+    records: list[Piece] = []
+    short: list[Piece] = []
+    for piece in pieces:
+        if len(piece) < RECORD_PAYLOAD:
+            short.append(piece)
+            continue
+        if short:
+            records.append(short[0] if len(short) == 1 else b"".join(short))
+            short = []
+        records.append(piece)
+    if short:
+        records.append(short[0] if len(short) == 1 else b"".join(short))
+    return records
+
+
+class TLSReceiver:
+    """
+    The read side of one of Twisted's TLS transports, made by
+    L{streamline}: in place of its C{_flushReceiveBIO}, all the plaintext
+    OpenSSL can give after one read of the socket (up to 64 KiB, four
+    records) is read into a shared buffer and handed to the protocol as one
+    C{bytes}, as plain TCP hands what one C{recv} brought; the end of what
+    there is to read is learnt from C{SSL_get_error}, not from an exception.
+
+    Twisted's own loop calls pyOpenSSL's C{recv} once per 16 KiB record
+    (a fresh 32 KiB buffer each time, then a copy into C{bytes}) and hands
+    each record to the protocol on its own, then calls it once more to
+    catch the C{WantReadError} that says nothing is left.
+    """
+
+    def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
+        self._protocol = protocol
+
+    def receive(self) -> None:
+        """
+        Hand the protocol the plaintext OpenSSL can give now, then send
+        what reading made OpenSSL write (Twisted's C{_flushReceiveBIO}).
+        """
+        protocol: Any = self._protocol
+        if not protocol._handshakeDone:
+            TLSMemoryBIOProtocol._flushReceiveBIO(protocol)
+            return
+        connection = protocol._tlsConnection
+        while not protocol._lostTLSConnection:
+            octets, failure = _decrypted(connection)
+            if octets and not protocol._aborted:
+                ProtocolWrapper.dataReceived(protocol, _RECEIVING.view[:octets].tobytes())
+            if failure is None:
+                if octets < len(_RECEIVING.buffer):
+                    break
+                continue
+            if isinstance(failure.value, SSL.ZeroReturnError):
+                # The server's close_notify: Twisted's answer.
+                protocol._shutdownTLS()
+                protocol._tlsShutdownFinished(None)
+            else:
+                protocol._tlsShutdownFinished(failure)
+        protocol._flushSendBIO()
+
+
+def _decrypted(connection: Any) -> tuple[int, Failure | None]:
+    """
+    Read into L{_RECEIVING} all the plaintext C{connection} can give now,
+    up to the buffer's size.
+
+    @return: the octets read, and L{None} if OpenSSL wants more input (or
+        the buffer is full), else why reading failed (pyOpenSSL's
+        exception, as its C{recv} raises it).
+    """
+    ssl = connection._ssl
+    pointer = _RECEIVING.pointer
+    size = len(_RECEIVING.buffer)
+    total = 0
+    while total < size:
+        result = _lib.SSL_read(ssl, pointer + total, size - total)
+        if result > 0:
+            total += result
+            continue
+        if _lib.SSL_get_error(ssl, result) == _lib.SSL_ERROR_WANT_READ:
+            return total, None
+        try:
+            connection._raise_ssl_error(ssl, result)
+        except SSL.Error:
+            return total, Failure()
+        return total, None
+    return total, None
+
+
+def streamline(tlsProtocol: object, connection: SSL.Connection) -> None:
+    """
+    Give Twisted's TLS transport C{tlsProtocol} a L{TLSSender} and a
+    L{TLSReceiver}: its C{writeSequence}, C{_flushSendBIO} and
+    C{_flushReceiveBIO} are theirs, and the sender is its C{tlsSender}
+    (which L{imapmig.imap.gather.writerFor} hands the pipeline's pieces to,
+    views and all).  Anything but a L{TLSMemoryBIOProtocol} is left alone.
+
+    @param connection: the OpenSSL connection made for it, whose partial
+        writes are turned off: into a memory BIO, which never refuses a
+        write, C{SSL_write} then makes all of a body's records in one call
+        rather than one call per record.
     """
     if not isinstance(tlsProtocol, TLSMemoryBIOProtocol):
         return
-    protocol = tlsProtocol
-    joined: Any = protocol.writeSequence
-    write: Any = TLSMemoryBIOProtocol.write
-
-    def writeSequence(pieces: Any) -> None:
-        pieces = list(pieces)
-        if all(len(piece) < RECORD_PAYLOAD for piece in pieces):
-            joined(pieces)
-            return
-        aggregator = getattr(protocol, "_aggregator", None)
-        if aggregator is not None:
-            aggregator.flush()
-        short: list[Any] = []
-        for piece in pieces:
-            if len(piece) < RECORD_PAYLOAD:
-                short.append(piece)
-                continue
-            if short:
-                write(protocol, b"".join(short))
-                short = []
-            write(protocol, memoryview(piece))
-        if short:
-            write(protocol, b"".join(short))
-
-    protocol.writeSequence = writeSequence  # type: ignore[method-assign]
+    _lib.SSL_clear_mode(connection._ssl, _lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
+    sender = TLSSender(tlsProtocol)
+    protocol: Any = tlsProtocol
+    protocol.writeSequence = sender.writeSequence
+    protocol._flushSendBIO = sender.flush
+    protocol._flushReceiveBIO = TLSReceiver(tlsProtocol).receive
+    protocol.tlsSender = sender
 
 
 def watched(options: object) -> object:
