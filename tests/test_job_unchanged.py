@@ -10,7 +10,7 @@ L{MigrationJob} over the fake server, as in L{tests.test_job}.
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
@@ -20,6 +20,7 @@ from imapmig.job.listing import RACY_WINDOW
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources.maildir import MaildirSource
 from tests.test_job import JOB, USER, JobHarness, appendLines, memoryOpener
+from tests.test_sources_labelviews import ALL_MAIL, GmailAccount, _populate
 
 # Directory mtimes set in the past, well before the clock's time: a
 # fingerprint taken then is not racy.
@@ -216,3 +217,43 @@ class UnchangedFolderTests(SynchronousTestCase):
         self.assertEqual(
             len(h.mail.mailbox(USER, "INBOX")) + len(h.mail.mailbox(USER, "Sent")), 6
         )
+
+
+class UnchangedIMAPFolderTests(SynchronousTestCase):
+    """
+    Later passes over an IMAP source: a folder whose STATUS is as its mark
+    records is not planned (its records are not read).
+    """
+
+    def test_unchangedNotPlanned(self) -> None:
+        """
+        A second pass over an unchanged account reads no folder's records
+        and appends nothing, with the same totals; a message delivered
+        since into one folder has that folder alone planned, and copied.
+        """
+        account = GmailAccount(self)
+        _populate(account)
+        store = account.harness.store
+        asked: list[list[str]] = []
+        read = store.destinationMaps
+
+        def destinationMaps(job: str, keys: Sequence[str]) -> Deferred[Any]:
+            asked.append(sorted(keys))
+            return read(job, keys)
+
+        self.patch(store, "destinationMaps", destinationMaps)
+        self.assertTrue(account.harness.run(account.job(account.source("copy"))))
+        progress = account.harness.progress
+        totals = (progress.messagesTotal, progress.bytesTotal)
+        self.assertEqual(totals[0], 14)
+        del asked[:]
+        self.assertTrue(account.harness.run(account.job(account.source("copy"))))
+        self.assertEqual(asked, [])
+        self.assertEqual((progress.messagesTotal, progress.bytesTotal), totals)
+        self.assertEqual((progress.messagesDone, progress.bytesDone), totals)
+        account.deliver(7, ["Work"])
+        self.assertTrue(account.harness.run(account.job(account.source("copy"))))
+        self.assertEqual(asked, [["Work", ALL_MAIL]])
+        self.assertEqual(account.numbers("Work"), [2, 4, 7])
+        self.assertEqual(progress.messagesTotal, 16)
+        account.harness.finish()
