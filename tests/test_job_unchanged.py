@@ -19,6 +19,7 @@ from imapmig.job import JobSettings, MigrationJob
 from imapmig.job.listing import RACY_WINDOW
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources.maildir import MaildirSource
+from imapmig.state import JournalMessage
 from tests.test_job import JOB, USER, JobHarness, appendLines, memoryOpener
 from tests.test_sources_labelviews import ALL_MAIL, GmailAccount, _populate
 
@@ -182,6 +183,23 @@ class UnchangedFolderTests(SynchronousTestCase):
         )
         self.assertEqual(self.runAgain(job), [])
         self.assertEqual(self.source.listed, [""])
+
+    def test_journalListsEveryFolder(self) -> None:
+        """
+        A pass that finds messages still journaled (in flight when an
+        earlier pass ended) lists every folder, unchanged or not: the
+        journal is settled by reading those messages again from the
+        listing.
+        """
+        job = self.job()
+        self.assertTrue(self.harness.run(job))
+        key = f"{_OLD}.M0P1.host,S=10"
+        entry = JournalMessage("", key, len(_body(0)), _body(0)[:4])
+        self.successResultOf(self.harness.store.journalBatch(JOB, "INBOX", None, None, [entry]))
+        self.assertEqual(self.runAgain(job), [])
+        self.assertEqual(self.source.listed, ["", ".Sent"])
+        self.assertEqual(self.successResultOf(self.harness.store.journal(JOB)), [])
+        self.assertEqual(len(self.harness.mail.mailbox(USER, "INBOX")), 3)
 
     def test_failedPassListedAgain(self) -> None:
         """
