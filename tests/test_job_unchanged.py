@@ -10,7 +10,8 @@ L{MigrationJob} over the fake server, as in L{tests.test_job}.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+import time
+from typing import Any, Callable, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.trial.unittest import SynchronousTestCase
@@ -21,12 +22,14 @@ from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources.maildir import MaildirSource
 from imapmig.state import JournalMessage
 from tests.test_job import JOB, USER, JobHarness, appendLines, memoryOpener
-from tests.test_sources_labelviews import ALL_MAIL, GmailAccount, _populate
+from tests.test_sources_labelviews import ALL_MAIL, GMAIL_USER, GmailAccount, _populate
 
 # Directory mtimes set in the past, well before the clock's time: a
-# fingerprint taken then is not racy.
+# fingerprint taken then is not racy.  The clock runs an hour ahead of the
+# real time, since a directory's ctime, in the fingerprint, is the real
+# time of its last change (setting its mtime back is one).
 _OLD = 1_700_000_000
-_NOW = _OLD + 3600.0
+_NOW = float(int(time.time()) + 3600)
 
 
 def _write(directory: str, name: str, body: bytes) -> None:
@@ -167,6 +170,56 @@ class UnchangedFolderTests(SynchronousTestCase):
         self.assertEqual(self.runAgain(job), [])
         self.assertEqual(self.source.listed, [])
 
+    def test_renamedIntoPlace(self) -> None:
+        """
+        Two folders of the same counts, names and times swapped (each
+        renamed into the other's place) are both listed, and each one's
+        messages copied into the other's mailbox: the same times and sizes,
+        not the same directories.
+        """
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(self.root, ".Archive", sub))
+        for n in range(3):
+            _write(os.path.join(self.root, ".Archive", "cur"), f"{_OLD + n}.M{n}P3.host:2,", _body(20 + n))
+        _age(self.root)
+        job = self.job()
+        self.assertTrue(self.harness.run(job))
+        self.assertEqual(len(self.harness.mail.mailbox(USER, "Archive")), 3)
+        swap = os.path.join(self.root, ".Swap")
+        os.rename(os.path.join(self.root, ".Sent"), swap)
+        os.rename(os.path.join(self.root, ".Archive"), os.path.join(self.root, ".Sent"))
+        os.rename(swap, os.path.join(self.root, ".Archive"))
+        self.runAgain(job)
+        self.assertEqual(sorted(self.source.listed), [".Archive", ".Sent"])
+        for mailbox in ("Sent", "Archive"):
+            self.assertEqual(len(self.harness.mail.mailbox(USER, mailbox)), 6)
+
+    def test_restoredKeepingTimes(self) -> None:
+        """
+        A message replaced by another of a name as long, and C{cur/}'s
+        mtime set back as it was (a restore that keeps times): the same
+        inode, mtime and size, only the ctime changed.  The folder is
+        listed and the new message copied.  (The kernel keeps ctimes to
+        its clock tick, a few milliseconds: the first pass, between the
+        setting of the times in C{setUp} and the change here, takes
+        longer.)
+        """
+        job = self.job()
+        self.assertTrue(self.harness.run(job))
+        cur = os.path.join(self.root, ".Sent", "cur")
+        before = os.stat(cur)
+        os.unlink(os.path.join(cur, f"{_OLD}.M0P2.host:2,"))
+        _write(cur, f"{_OLD}.M7P2.host:2,", _body(17))
+        os.utime(cur, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(cur)
+        self.assertEqual(
+            (after.st_ino, after.st_mtime_ns, after.st_size),
+            (before.st_ino, before.st_mtime_ns, before.st_size),
+        )
+        self.assertEqual(len(self.runAgain(job)), 1)
+        self.assertEqual(self.source.listed, [".Sent"])
+        self.assertEqual(len(self.harness.mail.mailbox(USER, "Sent")), 4)
+
     def test_flagChangeListed(self) -> None:
         """
         A flag change (a file renamed in C{cur/}) changes the folder's
@@ -274,4 +327,70 @@ class UnchangedIMAPFolderTests(SynchronousTestCase):
         self.assertEqual(asked, [["Work", ALL_MAIL]])
         self.assertEqual(account.numbers("Work"), [2, 4, 7])
         self.assertEqual(progress.messagesTotal, 16)
+        account.harness.finish()
+
+    def plannedAgain(self, account: GmailAccount, change: Callable[[], None]) -> list[list[str]]:
+        """
+        Run a job over C{account} (populated) twice, C{change} between the
+        runs; the folders whose records the second run read.
+        """
+        _populate(account)
+        store = account.harness.store
+        asked: list[list[str]] = []
+        read = store.destinationMaps
+
+        def destinationMaps(job: str, keys: Sequence[str]) -> Deferred[Any]:
+            asked.append(sorted(keys))
+            return read(job, keys)
+
+        self.patch(store, "destinationMaps", destinationMaps)
+        self.assertTrue(account.harness.run(account.job(account.source("copy"))))
+        change()
+        del asked[:]
+        self.assertTrue(account.harness.run(account.job(account.source("copy"))))
+        return asked
+
+    def test_expungedAndDeliveredWithoutCondstore(self) -> None:
+        """
+        On a server without CONDSTORE (no HIGHESTMODSEQ in the marks), a
+        message expunged from a folder and another delivered into it
+        leave its MESSAGES as it was, but move UIDNEXT: the folder is
+        planned, the new message copied.  Also where the server does not
+        announce UIDNEXT (it is then the listing's highest UID + 1).
+        """
+        for announce in (True, False):
+            account = GmailAccount(self)
+            account.mail.announceUIDNext = announce
+
+            def change() -> None:
+                mark = self.successResultOf(account.harness.store.folderMark(JOB, "Work"))
+                assert mark is not None
+                self.assertEqual((mark.highestModSeq, mark.messages), (None, 2))
+                account.mail.expunge(GMAIL_USER, "Work", account.body(2))
+                account.deliver(7, ["Work"])
+
+            asked = self.plannedAgain(account, change)
+            self.assertIn("Work", sum(asked, []))
+            self.assertEqual(account.numbers("Work"), [2, 4, 7])
+            mark = self.successResultOf(account.harness.store.folderMark(JOB, "Work"))
+            assert mark is not None
+            self.assertEqual(mark.messages, 2)
+            account.harness.finish()
+
+    def test_renumbered(self) -> None:
+        """
+        A folder renumbered by its server (a new UIDVALIDITY, the same
+        UIDs, UIDNEXT and MESSAGES) is planned whole, and its mark takes
+        the new UIDVALIDITY.
+        """
+        account = GmailAccount(self)
+        renumbered: list[int] = []
+        asked = self.plannedAgain(
+            account, lambda: renumbered.append(account.mail.renumber(GMAIL_USER, "Work"))
+        )
+        self.assertIn("Work", sum(asked, []))
+        mark = self.successResultOf(account.harness.store.folderMark(JOB, "Work"))
+        assert mark is not None
+        self.assertEqual((mark.uidValidity, mark.uidNext, mark.messages), (renumbered[0], 3, 2))
+        self.assertEqual(account.numbers("Work"), [2, 4])
         account.harness.finish()

@@ -50,9 +50,10 @@ changes of messages already copied.
 
 RACY_WINDOW = 2.0
 """
-Seconds: a Maildir folder's fingerprint whose newest directory mtime is
-less than this before the fingerprint was taken is not recorded, since a
-change right after the listing could leave the mtime as it was (the same
+Seconds: a Maildir folder's fingerprint whose newest directory time (mtime
+or ctime) is less than this before the fingerprint was taken is not
+recorded, since a change right after the listing could leave the times as
+they were (the same
 clock tick, a file system with coarse timestamps, a server's clock a
 little behind ours); the next pass lists the folder.
 """
@@ -355,10 +356,13 @@ class SourceListing:
         self, folder: SourceFolder, mark: FolderMark, changes: FolderChanges
     ) -> bool:
         """
-        Whether an IMAP folder is as its mark says (the same UIDNEXT,
-        MESSAGES and HIGHESTMODSEQ, nothing new, no flag changed, nothing
-        deferred): if so it is remembered as unchanged, and neither its
-        records are read nor its mailbox opened.
+        Whether an IMAP folder is as its mark says (the same UIDVALIDITY,
+        UIDNEXT, MESSAGES and HIGHESTMODSEQ, nothing new, no flag changed,
+        nothing deferred): if so it is remembered as unchanged, and neither
+        its records are read nor its mailbox opened.  Without CONDSTORE
+        both HIGHESTMODSEQs are L{None}: a flag change goes unseen, as it
+        did before marks had octets (the delta listing cannot ask for flag
+        changes without a mod-sequence).
         """
         status = changes.status
         unchanged = (
@@ -367,8 +371,8 @@ class SourceListing:
             and not mark.deferred
             and not changes.newMessages
             and not changes.flagChanges
-            and (status.uidNext, status.exists, status.highestModSeq)
-            == (mark.uidNext, mark.messages, mark.highestModSeq)
+            and (status.uidValidity, status.uidNext, status.exists, status.highestModSeq)
+            == (mark.uidValidity, mark.uidNext, mark.messages, mark.highestModSeq)
         )
         if unchanged:
             self._unchanged[folder.key] = (folder, mark)

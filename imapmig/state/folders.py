@@ -33,9 +33,10 @@ class FolderMark:
         undecided and the next pass lists again (a label view's deferred
         messages: L{imapmig.sources.labelviews}); usually none.
     @ivar fingerprint: a local source folder's state as its source tells
-        it (a Maildir's C{cur/} and C{new/}: inode, mtime in nanoseconds,
-        size; L{imapmig.sources.maildir.MaildirSource.fingerprint}): the
-        same at the next pass, nothing in it changed; L{None} for an IMAP
+        it (a Maildir's C{cur/} and C{new/}: inode, mtime and ctime in
+        nanoseconds, size;
+        L{imapmig.sources.maildir.MaildirSource.fingerprint}): the same at
+        the next pass, nothing in it changed; L{None} for an IMAP
         folder (its UIDs say it), or a mark recorded before there were
         fingerprints.  A local folder's mark has a L{uidValidity} and
         L{uidNext} of 0.
