@@ -4,25 +4,39 @@ The big-account rows of issue 31, point 4: whether imapmig's own cost
 stays flat from 5,000 to 500,000 messages in one account.
 
     .venv/bin/python -m bench.run --bigaccount \\
-        [--bigaccount-sizes 5000,500000] [--bigaccount-layouts spread,one]
+        [--bigaccount-sizes 5000,500000] \\
+        [--bigaccount-layouts spread,one,spread-imap,one-imap]
 
 For each layout (C{spread}: the messages over twenty folders whose sizes
 fall as a power law of their rank, L{bench.corpora.powerLawSizes}; C{one}:
-every message in INBOX) and each size, on a private Dovecot whose mail
+every message in INBOX; with C{-imap}, the same messages read from an
+IMAP account of the same Dovecot, loaded from the Maildir, rather than
+from the Maildir itself) and each size, on a private Dovecot whose mail
 store is on tmpfs (loopback):
 
-  imapmig  C{twistd -n imapmig --exit-when-done}, Maildir into a fresh
+  imapmig  C{twistd -n imapmig --exit-when-done}, the source into a fresh
            account; its own CPU (user + system, from C{wait4}), peak RSS
            (C{ru_maxrss}) and wall-clock time
   delta    the same command again over the unchanged account (the state
            database kept): its wall-clock time, CPU and peak RSS
-  raw      C{bench/rawappend.c} (SELECT, then MULTIAPPEND batches of 50,
-           LITERAL+: the benchmark's C{raw-multi} ceiling) into another
-           fresh account, each folder into its own mailbox (one process a
-           folder, in turn): the server's own pace on the same account
-  empty    imapmig on an empty Maildir into a third account, the least
+  raw      from a Maildir: C{bench/rawappend.c} (SELECT, then MULTIAPPEND
+           batches of 50, LITERAL+: the benchmark's C{raw-multi} ceiling)
+           into another fresh account, each folder into its own mailbox
+           (one process a folder, in turn): the server's own pace on the
+           same account.  From IMAP: Dovecot's own C{doveadm backup -R
+           imapc:} (as C{bench/s2s.py}'s C{dsync} row), reading the source
+           account over IMAP and writing the account's store directly
+  empty    imapmig on an empty source into a third account, the least
            CPU of C{EMPTY_RUNS} runs: its start-up, taken from the first
            pass's CPU to give its CPU per message
+  listing  in this process, the CPU time of listing every folder of the
+           Maildir as the job does (C{MaildirSource.listMessages}) and of
+           the census's count of it (C{countListedSource}), so that the
+           listing's cost per message can be compared across sizes
+
+An IMAP source is read once before the first pass (C{doveadm mailbox
+status} of every folder's messages and virtual size), so that no run pays
+for building the source's indexes.
 
 The targets (checked against the smallest size of the same layout):
 imapmig's CPU per message within 10% of it, peak RSS under 500 MB, the
@@ -38,8 +52,10 @@ import imaplib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from typing import Callable
 
 from attrs import frozen
 
@@ -88,6 +104,8 @@ class BigRow:
     stored: int
     loadAverage: str
     empty: Measured
+    listingCpu: float = float("nan")
+    censusCpu: float = float("nan")
 
     @property
     def cpuPerMessageUs(self) -> float:
@@ -119,6 +137,76 @@ def imapmigConfig(runDir: str, port: int, maildir: str, account: str) -> str:
     the state database in C{runDir}, no status listener.
     """
     return singleJobConfig(runDir, port, "big", f"{{{{maildir: {maildir}}}}}", account)
+
+
+def imapSourceConfig(runDir: str, port: int, source: str, account: str) -> str:
+    """
+    An imapmig configuration: the IMAP account C{source} of the bench
+    server into its account C{account}, over plain TCP.
+    """
+    return singleJobConfig(runDir, port, "big", "{{server: bench, user: %s, password_file:"
+                           " {password}}}" % source, account)  # fmt: skip
+
+
+def runDsync(server: BenchServer, source: str, account: str, log: str) -> Measured:
+    """
+    Dovecot's own migration, C{doveadm backup -R -u C{account} imapc:},
+    reading C{source} over IMAP (as L{bench.contenders}' C{dsync}).
+    """
+    settings = {"imapc_host": "127.0.0.1", "imapc_port": str(server.port), "imapc_user": source,
+                "imapc_password": PASSWORD, "imapc_ssl": "no", "imapc_features": "rfc822.size",
+                "mail_prefetch_count": "20"}  # fmt: skip
+    overrides = [arg for key, value in settings.items() for arg in ("-o", f"{key}={value}")]
+    doveadm = shutil.which("doveadm") or "/usr/bin/doveadm"
+    return measure([doveadm, "-c", server.configPath, *overrides, "backup", "-R", "-u", account,
+                    "imapc:"], log)  # fmt: skip
+
+
+def warmSource(server: BenchServer, source: str) -> None:
+    """
+    Have Dovecot index every folder of C{source} (messages and virtual
+    sizes), as a first reader would.
+    """
+    doveadm = shutil.which("doveadm") or "/usr/bin/doveadm"
+    subprocess.run([doveadm, "-c", server.configPath, "mailbox", "status", "-u", source,
+                    "messages vsize", "*"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+
+
+def listingCosts(maildir: str) -> tuple[float, float]:
+    """
+    The CPU seconds of listing every folder of C{maildir} as a job does,
+    and of the census's count of it, measured in a child process (the
+    listing of 500,000 messages takes hundreds of MB, and a process
+    forked from this one would report them as its own peak RSS: Linux
+    keeps C{ru_maxrss} across C{execve}).
+    """
+    found = subprocess.run([sys.executable, "-m", "bench.bigaccount", "--listing-costs",
+                            os.path.abspath(maildir)],
+                           check=True, capture_output=True, cwd=REPOSITORY,
+                           env=dict(os.environ, PYTHONPATH=REPOSITORY))  # fmt: skip
+    listing, census = found.stdout.split()
+    return float(listing), float(census)
+
+
+def _listingCostsHere(maildir: str) -> tuple[float, float]:
+    """
+    L{listingCosts}, in this process.
+    """
+    from imapmig.mail.folders import FolderRules
+    from imapmig.mail.message import SourceFolder
+    from imapmig.sources.counting import countListedSource
+    from imapmig.sources.maildir import MaildirSource
+
+    source = MaildirSource(maildir)
+    started = time.process_time()
+    folders: list[SourceFolder] = []
+    source.listFolders().addCallback(folders.extend)
+    for folder in folders:
+        source.listMessages(folder)
+    listing = time.process_time() - started
+    started = time.process_time()
+    countListedSource(MaildirSource(maildir), FolderRules(), lambda: False)
+    return listing, time.process_time() - started
 
 
 def runRaw(rawBinary: str, port: int, account: str, corpus: BuiltCorpus, runDir: str) -> Measured:
@@ -158,20 +246,35 @@ def loadAverage() -> str:
 def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
     """
     Build (or reuse) the corpus and run imapmig, its delta pass and the raw
-    client on one fresh Dovecot.
+    client (Dovecot's dsync for an IMAP source) on one fresh Dovecot.
+
+    @param layout: C{spread} or C{one}, read from the Maildir; with
+        C{-imap}, from an IMAP account holding it.
     """
-    corpus = bigAccountCorpus(workDir, count, layout)
+    shape, _, via = layout.partition("-")
+    corpus = bigAccountCorpus(workDir, count, shape)
     base = tempfile.mkdtemp(prefix="dovecot-big-", dir=workDir)
     mailRoot = tempfile.mkdtemp(prefix="imapmig-big-", dir="/dev/shm")
     runDir = tempfile.mkdtemp(prefix="big-run-", dir=workDir)
     log = os.path.join(runDir, "log")
-    server = BenchServer(base, accounts=3, fsync=False, mailRoot=mailRoot, capabilities=None,
+    server = BenchServer(base, accounts=5, fsync=False, mailRoot=mailRoot, capabilities=None,
                          compress=False, namespace=None, address="127.0.0.1",
                          inNamespace=None)  # fmt: skip
+    listing, census = listingCosts(corpus.path)
+    print(f"== big account {layout} {count:,}: listing {listing:.2f} s CPU, census"
+          f" {census:.2f} s", flush=True)  # fmt: skip
     server.start()
     try:
+        config: Callable[[str, int, str, str], str] = imapmigConfig
+        source, emptySource = corpus.path, emptyCorpus(workDir).path
+        if via == "imap":
+            config = imapSourceConfig
+            source, emptySource = server.freshAccount(), server.freshAccount()
+            server.loadMaildir(source, corpus.path)
+            server.loadMaildir(emptySource, emptyCorpus(workDir).path)
+            warmSource(server, source)
         account = server.freshAccount()
-        argv = imapmigArgv(imapmigConfig(runDir, server.port, corpus.path, account))
+        argv = imapmigArgv(config(runDir, server.port, source, account))
         load = loadAverage()
         print(f"== big account {layout} {count:,}: imapmig (load {load})", flush=True)
         first = measure(argv, log)
@@ -181,13 +284,16 @@ def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
         print(f"   delta {delta}", flush=True)
         server.discard(account)
         rawAccount = server.freshAccount()
-        raw = runRaw(rawBinary, server.port, rawAccount, corpus, runDir)
+        if via == "imap":
+            raw = runDsync(server, source, rawAccount, os.path.join(runDir, "dsync.log"))
+        else:
+            raw = runRaw(rawBinary, server.port, rawAccount, corpus, runDir)
         print(f"   raw {raw}", flush=True)
         server.discard(rawAccount)
         emptyDir = os.path.join(runDir, "empty")
         os.makedirs(emptyDir)
-        emptyArgv = imapmigArgv(imapmigConfig(emptyDir, server.port, emptyCorpus(workDir).path,
-                                              server.freshAccount()))  # fmt: skip
+        emptyArgv = imapmigArgv(config(emptyDir, server.port, emptySource,
+                                       server.freshAccount()))  # fmt: skip
         # The least of several: one start-up's CPU moves by 0.1-0.2 s under
         # load, 20-40 us a message at 5,000.
         empty = min((measure(emptyArgv, log) for _ in range(EMPTY_RUNS)),
@@ -201,7 +307,8 @@ def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
             print(f.read()[-3000:].decode("utf-8", "replace"))
     shutil.rmtree(runDir, ignore_errors=True)
     return BigRow(layout=layout, messages=corpus.messages, imapmig=first, delta=delta, raw=raw,
-                  stored=stored, loadAverage=load, empty=empty)  # fmt: skip
+                  stored=stored, loadAverage=load, empty=empty, listingCpu=listing,
+                  censusCpu=census)  # fmt: skip
 
 
 def verdicts(rows: list[BigRow]) -> list[str]:
@@ -233,8 +340,9 @@ def table(rows: list[BigRow]) -> str:
     head = [
         "| layout | messages | imapmig s | msg/s | CPU s | start-up CPU s | CPU us/msg |"
         " peak RSS MB |"
-        " raw s | raw msg/s | imapmig/raw | delta s | delta CPU s | delta RSS MB | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        " raw s | raw msg/s | imapmig/raw | delta s | delta CPU s | delta RSS MB |"
+        " listing CPU us/msg | census CPU us/msg | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     body = [
         f"| {r.layout} | {r.messages:,} | {r.imapmig.seconds:.1f} |"
@@ -243,6 +351,7 @@ def table(rows: list[BigRow]) -> str:
         f" {r.cpuPerMessageUs:.1f} | {r.imapmig.maxRssMiB:.0f} | {r.raw.seconds:.1f} |"
         f" {r.messages / r.raw.seconds:,.0f} | {r.raw.seconds / r.imapmig.seconds:.2f} |"
         f" {r.delta.seconds:.2f} | {r.delta.cpuSeconds:.2f} | {r.delta.maxRssMiB:.0f} |"
+        f" {r.listingCpu / r.messages * 1e6:.2f} | {r.censusCpu / r.messages * 1e6:.2f} |"
         f" {r.loadAverage} |"
         for r in rows
     ]
@@ -267,10 +376,12 @@ def bigAccountCheck(workDir: str, resultsDir: str, sizes: list[int], layouts: li
         "# imapmig: one big account (issue 31, point 4)",
         "",
         f"Written by `python -m bench.run --bigaccount` at {commit} on"
-        f" {datetime.datetime.now():%Y-%m-%d %H:%M}: Maildir (on disk) into a private Dovecot"
+        f" {datetime.datetime.now():%Y-%m-%d %H:%M}: Maildir (on disk; with -imap, an IMAP"
+        " account of the same Dovecot) into a private Dovecot"
         " (tmpfs, loopback), small messages. imapmig's times and rates include its start-up;"
         " its CPU per message is net of it (the CPU of a run on an empty Maildir); imapmig/raw"
-        " is the raw client's time over imapmig's (1.0: imapmig keeps the server's pace).",
+        " is the raw client's (from IMAP: dsync's) time over imapmig's (1.0: imapmig keeps the"
+        " server's pace).",
         "",
         table(rows),
         "",
@@ -281,3 +392,8 @@ def bigAccountCheck(workDir: str, resultsDir: str, sizes: list[int], layouts: li
         f.write(text)
     print(text)
     return 0 if all("MISSED" not in line for line in lines) else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--listing-costs"]:
+        print(*_listingCostsHere(sys.argv[2]))

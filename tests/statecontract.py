@@ -742,6 +742,25 @@ class FolderMarksContract(_MixinBase):
         self.successResultOf(store.recordFolderMark("job", "[Gmail]/All Mail", MARK))
         self.assertEqual(self.successResultOf(store.folderMark("job", "[Gmail]/All Mail")), MARK)
 
+    def test_folderMarkFingerprint(self) -> None:
+        """
+        A local folder's mark keeps its fingerprint and octets (schema 12;
+        PostgreSQL's 3); a later mark without them replaces them.
+        """
+        store = self.makeStore()
+        local = FolderMark(
+            uidValidity=0,
+            uidNext=0,
+            highestModSeq=None,
+            messages=250_000,
+            fingerprint="cur 1234 1765000000123456789 4096 new 1235 1765000000000000001 4096",
+            octets=2**40 + 3,
+        )
+        self.successResultOf(store.recordFolderMark("job", ".Archive", local))
+        self.assertEqual(self.successResultOf(store.folderMark("job", ".Archive")), local)
+        self.successResultOf(store.recordFolderMark("job", ".Archive", MARK))
+        self.assertEqual(self.successResultOf(store.folderMark("job", ".Archive")), MARK)
+
     def test_folderMarkReplaced(self) -> None:
         """
         A later mark for the same folder replaces the earlier one.

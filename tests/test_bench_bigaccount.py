@@ -109,3 +109,31 @@ class BigRowTests(SynchronousTestCase):
         args = parseArguments(["--bigaccount", "--bigaccount-sizes", "5000,50000"])
         self.assertEqual(args.bigaccount_sizes, ["5000", "50000"])
         self.assertEqual(parseArguments(["--bigaccount"]).bigaccount_layouts, ["spread", "one"])
+
+
+class SourceRowTests(SynchronousTestCase):
+    def test_imapSourceConfig(self) -> None:
+        """
+        The configuration of a C{-imap} row reads the source account over
+        IMAP from the bench server, its password from the run's file.
+        """
+        from bench.bigaccount import imapSourceConfig
+
+        runDir = self.mktemp()
+        os.makedirs(runDir)
+        with open(imapSourceConfig(runDir, 1430, "user7", "user8")) as f:
+            text = f.read()
+        password = os.path.join(runDir, "password")
+        self.assertIn(f"source: {{server: bench, user: user7, password_file: {password}}}", text)
+        self.assertIn("destination: {server: bench, user: user8,", text)
+
+    def test_listingCosts(self) -> None:
+        """
+        The listing's and the census's CPU are measured over the whole
+        Maildir, each a number of seconds.
+        """
+        from bench.bigaccount import listingCosts
+
+        listing, census = listingCosts(bigAccountCorpus(self.mktemp(), 40, "spread").path)
+        self.assertGreater(listing, 0)
+        self.assertGreater(census, 0)

@@ -1254,3 +1254,62 @@ class FolderSafetyTests(MaildirTestCase):
         os.mkfifo(keywords)
         [message] = self.messages(MaildirSource(self.root))
         self.assertEqual(message.flags, ("\\Seen",))
+
+
+class FingerprintTests(MaildirTestCase):
+    """
+    L{MaildirSource.fingerprint}: the state of a folder's C{cur/} and
+    C{new/}, the same until a file in them is delivered, renamed or
+    deleted.
+    """
+
+    def aged(self) -> tuple[MaildirSource, str]:
+        """
+        A Maildir with one message, its directories' mtimes set in the
+        past (a change now gives them another).
+        """
+        root = self.maildir()
+        deliver(root, "cur", "1.M1P1.host:2,S")
+        for subdir in ("cur", "new"):
+            os.utime(os.path.join(root, subdir), ns=(10**18, 10**18))
+        return MaildirSource(root), root
+
+    def test_sameUntilChanged(self) -> None:
+        """
+        Taken twice with nothing changed, the fingerprint is the same; its
+        newest time is the directories' newest mtime or ctime (here the
+        ctime: their mtimes were set back), in seconds.
+        """
+        source, root = self.aged()
+        first = source.fingerprint(INBOX)
+        self.assertEqual(source.fingerprint(INBOX), first)
+        assert first is not None
+        ctimes = [os.stat(os.path.join(root, subdir)).st_ctime_ns for subdir in ("cur", "new")]
+        self.assertEqual(first[1], max(ctimes) / 1e9)
+
+    def test_changes(self) -> None:
+        """
+        A delivery into C{new/}, a flag change (a rename in C{cur/}) and a
+        deletion each change the fingerprint.
+        """
+        source, root = self.aged()
+        seen = [source.fingerprint(INBOX)]
+        deliver(root, "new", "2.M2P1.host")
+        seen.append(source.fingerprint(INBOX))
+        os.rename(os.path.join(root, "cur", "1.M1P1.host:2,S"), os.path.join(root, "cur", "1.M1P1.host:2,FS"))
+        seen.append(source.fingerprint(INBOX))
+        os.unlink(os.path.join(root, "new", "2.M2P1.host"))
+        seen.append(source.fingerprint(INBOX))
+        self.assertNotIn(None, seen)
+        self.assertEqual(len({s[0] for s in seen if s is not None}), 4)
+
+    def test_missingNew(self) -> None:
+        """
+        A folder without C{new/} has a fingerprint that says so; one whose
+        directory cannot be a folder has none.
+        """
+        root = makeFolder(self.mktemp(), ("cur",))
+        fingerprint = MaildirSource(root).fingerprint(INBOX)
+        assert fingerprint is not None
+        self.assertTrue(fingerprint[0].endswith("new -"))
+        self.assertIsNone(MaildirSource(root).fingerprint(SourceFolder(("x",), "x/y")))

@@ -90,8 +90,13 @@ def noted(
     )
 
 
-# Takes a database back from version 11 to 10: no timelines.
-_DROP_TIMELINES = "DROP TABLE job_transitions; "
+# Takes a database back from version 12 to 11: no fingerprints of folders.
+_DROP_FINGERPRINTS = (
+    "ALTER TABLE folders DROP COLUMN fingerprint; ALTER TABLE folders DROP COLUMN octets; "
+)
+
+# Takes a database back from version 12 to 10: no timelines.
+_DROP_TIMELINES = _DROP_FINGERPRINTS + "DROP TABLE job_transitions; "
 
 # Takes a database back from version 11 to 9: no timelines, no names of
 # messages.
@@ -407,6 +412,34 @@ class SQLiteStateStoreTests(SynchronousTestCase):
             self.assertEqual(
                 connection.execute(query).fetchall(), fresh.execute(query).fetchall()
             )
+
+    def test_migrateFromVersion11(self) -> None:
+        """
+        A version 11 database (folder marks without fingerprints) reads its
+        marks back without any when opened read-only, and left as it is;
+        opened to write, it is upgraded and records fingerprints and
+        octets.
+        """
+        first = self.openStore()
+        self.successResultOf(first.recordFolderMark("job", "INBOX", MARK))
+        first.close()
+        connection = self.inspect()
+        connection.executescript(_DROP_FINGERPRINTS + "UPDATE schema_version SET version = 11;")
+        readOnly = SQLiteStateStore(self.path, seconds=self.clock.seconds, readOnly=True)
+        self.assertEqual(self.successResultOf(readOnly.folderMark("job", "INBOX")), MARK)
+        readOnly.close()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(), [(11,)]
+        )
+        store = self.openStore()
+        self.assertEqual(
+            connection.execute("SELECT version FROM schema_version").fetchall(),
+            [(SCHEMA_VERSION,)],
+        )
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), MARK)
+        local = attrs.evolve(MARK, fingerprint="cur 1 2 3 new -", octets=5000)
+        self.successResultOf(store.recordFolderMark("job", "INBOX", local))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), local)
 
     def test_migrateFromVersion5(self) -> None:
         """

@@ -86,7 +86,7 @@ def fill(testCase: SynchronousTestCase, store: IStateStore) -> None:
             )
             done(store.journalBatch(job, "INBOX", 7 if floor else None, floor, messages))
         done(store.recordFolderMark(job, FOLDERS[0], FolderMark(7, 101 + n, 5, 3, (4, 9))))
-        done(store.recordFolderMark(job, FOLDERS[1], FolderMark(8, 2, None, 1)))
+        done(store.recordFolderMark(job, FOLDERS[1], FolderMark(0, 0, None, 1, (), "cur 5 1765 4096 new -", 2**33)))
         done(store.recordFolderFallback(job, FolderFallback("Bad/Name", "Bad_Name", "NO [CANNOT]")))
         done(store.recordJobFailure(job, f"login refused for {job}"))
         done(store.recordTransition(job, Transition(1700000100.5, "running", "paused", "by admin", "192.0.2.7")))

@@ -23,7 +23,7 @@ from twisted.python.threadpool import ThreadPool
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from imapmig.errors import DatabaseRefused, PermanentError, StateSchemaTooNew, TransientError
-from imapmig.state import FolderFallback, MessageNames, Transition
+from imapmig.state import FolderFallback, FolderMark, MessageNames, Transition
 from imapmig.state import _pgbatch, _pgschema
 from imapmig.state._pgwrites import commitBatch
 from imapmig.state.pgconnect import applicationName
@@ -114,6 +114,35 @@ class SchemaTests(SynchronousTestCase):
             query(self.dsn, "SELECT count(*) FROM pg_namespace WHERE nspname = 'imapmig'"),
             [(0,)],
         )
+
+    def test_migrateFromVersion2(self) -> None:
+        """
+        A version 2 database (folder marks without fingerprints) is brought
+        to the current version by C{open} (which fires with 2), its marks
+        read back as they were without a fingerprint or octets, so that no
+        folder is skipped on their word; it then records both.
+        """
+        migrations = _pgschema.MIGRATIONS
+        self.patch(_pgschema, "MIGRATIONS", migrations[:2])
+        self.patch(_pgschema, "SCHEMA_VERSION", 2)
+        self.assertEqual(self.successResultOf(self.store().open("daemon-1")), 0)
+        query(
+            self.dsn,
+            "INSERT INTO imapmig.folders VALUES ('job', 'INBOX', 7, 101, 5, 3, '{4,9}', 1.5)",
+        )
+        self.patch(_pgschema, "MIGRATIONS", migrations)
+        self.patch(_pgschema, "SCHEMA_VERSION", SCHEMA_VERSION)
+        store = self.store()
+        self.assertEqual(self.successResultOf(store.open("daemon-2")), 2)
+        self.assertEqual(
+            query(self.dsn, "SELECT max(version) FROM imapmig.schema_version"), [(SCHEMA_VERSION,)]
+        )
+        self.assertEqual(
+            self.successResultOf(store.folderMark("job", "INBOX")), FolderMark(7, 101, 5, 3, (4, 9))
+        )
+        local = FolderMark(0, 0, None, 3, (), "cur 1 2 3 new -", 2**33)
+        self.successResultOf(store.recordFolderMark("job", "INBOX", local))
+        self.assertEqual(self.successResultOf(store.folderMark("job", "INBOX")), local)
 
     def test_unreachableWithoutPassword(self) -> None:
         """

@@ -138,7 +138,7 @@ class SQLiteTimelineTests(SynchronousTestCase):
             connection.execute("SELECT version FROM schema_version").fetchall(),
             [(SCHEMA_VERSION,)],
         )
-        self.assertEqual(SCHEMA_VERSION, 11)
+        self.assertEqual(SCHEMA_VERSION, 12)
         self.assertEqual(self.successResultOf(store.jobFailure("job")), "login refused")
         self.successResultOf(store.recordTransition("job", PAUSED))
         self.assertEqual(self.successResultOf(store.timeline("job")), [PAUSED])

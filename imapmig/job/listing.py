@@ -1,9 +1,10 @@
-# -*- test-case-name: tests.test_job, tests.test_job_readsteps -*-
+# -*- test-case-name: tests.test_job, tests.test_job_readsteps, tests.test_job_unchanged -*-
 """
 What a job finds in its source and has left to copy: the included folders
 listed (on a later pass of an IMAP source, only what changed since its
-recorded mark), set against the state store's records, and each folder's
-mark recorded after a completed pass.
+recorded mark; a folder unchanged since its mark, IMAP or Maildir, not at
+all), set against the state store's records, and each folder's mark
+recorded after a completed pass.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from imapmig.job.units import pendingMessages
 from imapmig.progress import FolderProgress, JobProgress
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
-from imapmig.sources.imaplisting import FlagChange
+from imapmig.sources.imaplisting import FlagChange, FolderChanges
+from imapmig.sources.imapstatus import FolderStatus
+from imapmig.sources.maildir import MaildirSource
 from imapmig.state import FolderMark, IStateStore, MessageOutcome
 from imapmig.units import Count
 
-__all__ = ["Listed", "SourceListing", "folderOctets"]
+__all__ = ["RACY_WINDOW", "Listed", "SourceListing", "folderOctets"]
 
 log = Logger()
 
@@ -45,6 +48,16 @@ A listed source folder: its messages and, on a delta pass, the flag
 changes of messages already copied.
 """
 
+RACY_WINDOW = 2.0
+"""
+Seconds: a Maildir folder's fingerprint whose newest directory time (mtime
+or ctime) is less than this before the fingerprint was taken is not
+recorded, since a change right after the listing could leave the times as
+they were (the same
+clock tick, a file system with coarse timestamps, a server's clock a
+little behind ours); the next pass lists the folder.
+"""
+
 
 class SourceListing:
     """
@@ -53,6 +66,18 @@ class SourceListing:
     @ivar _deltaCounts: by folder key, the server's message count of a
         folder listed as a delta (only its new messages), until L{plan}
         takes it.
+    @ivar _unchanged: by folder key, the folders found unchanged since
+        their marks (not listed, nothing to copy), with their marks.
+    @ivar _fingerprints: by folder key, the fingerprints of the Maildir
+        folders listed, taken before each was listed, to be recorded after
+        a completed pass; none for a folder whose fingerprint was racy
+        (L{RACY_WINDOW}).
+    @ivar _totals: by folder key, the messages and octets of each folder
+        planned, for its mark.
+    @ivar _marked: the keys of the Maildir folders listed that had a mark.
+    @ivar _skipping: whether folders unchanged since their marks are left
+        unlisted: not while the journal holds messages in flight, which
+        the reconciliation reads again from the listing.
     """
 
     def __init__(
@@ -78,6 +103,12 @@ class SourceListing:
         self._stop = stop
         self._deltaCounts: dict[str, int] = {}
         self._excluded: list[str] = []
+        self._unchanged: dict[str, tuple[SourceFolder, FolderMark]] = {}
+        self._fingerprints: dict[str, str] = {}
+        self._totals: dict[str, tuple[int, int]] = {}
+        self._order: dict[str, int] = {}
+        self._skipping = False
+        self._marked: set[str] = set()
 
     async def listSource(self, opening: Deferred[Any]) -> tuple[list[Listed], list[str]]:
         """
@@ -105,6 +136,8 @@ class SourceListing:
                 job=self._job,
                 folder="/".join(folder.path),
             )
+        self._order = {folder.key: index for index, folder in enumerate(included)}
+        self._skipping = not await self._store.journal(self._job)
         return await self._listFolders(included, opening)
 
     async def _listFolders(
@@ -117,7 +150,7 @@ class SourceListing:
         that its connections list side by side.
         """
         window = self._source.listingWindow if isinstance(self._source, IMAPSource) else 1
-        asked: deque[tuple[SourceFolder, Deferred[_FolderListed]]] = deque()
+        asked: deque[tuple[SourceFolder, Deferred[_FolderListed | None]]] = deque()
         following = iter(folders)
         unreadable: list[str] = []
         listed: list[Listed] = []
@@ -128,7 +161,7 @@ class SourceListing:
                     break
                 folder, listing = asked.popleft()
                 try:
-                    messages, flagChanges = await listing
+                    found = await listing
                 except SourceError as e:
                     # The other folders are still migrated; the job ends as
                     # failed, naming this one.
@@ -140,7 +173,8 @@ class SourceListing:
                     )
                     unreadable.append(f"{'/'.join(folder.path)}: {e}")
                     continue
-                listed.append((folder, messages, flagChanges))
+                if found is not None:
+                    listed.append((folder, *found))
                 if not opening.called:
                     await deferLater(self._clock, 0)
         finally:
@@ -152,7 +186,7 @@ class SourceListing:
 
     def _askAhead(
         self,
-        asked: deque[tuple[SourceFolder, Deferred[_FolderListed]]],
+        asked: deque[tuple[SourceFolder, Deferred[_FolderListed | None]]],
         following: Iterator[SourceFolder],
         window: int,
     ) -> None:
@@ -189,8 +223,13 @@ class SourceListing:
         notMigrated: list[tuple[SourceFolder, list[SourceMessage]]] = []
         failedIn = Counter(folderKey for folderKey, _ in failedThisRun)
         # One read for every folder: on PostgreSQL one round trip a folder
-        # was a fifth of a small job's statements.
-        maps = await self._store.destinationMaps(self._job, [f.key for f, _, _ in listed])
+        # was a fifth of a small job's statements.  None when every folder
+        # is unchanged since its mark.
+        maps = (
+            await self._store.destinationMaps(self._job, [f.key for f, _, _ in listed])
+            if listed
+            else {}
+        )
         for folder, messages, flagChanges in listed:
             recorded = maps[folder.key]
             pending = pendingMessages(messages, recorded)
@@ -209,6 +248,7 @@ class SourceListing:
             else:
                 notMigrated.append((folder, pending))
             octets, octetsDone = folderOctets(messages, recorded, delta)
+            self._totals[folder.key] = (listedCount, octets)
             folders.append(
                 FolderProgress(
                     folderName(folder.path),
@@ -221,6 +261,11 @@ class SourceListing:
                     mailbox=_mailboxName(folder, self._rules),
                 )
             )
+        for folder, mark in self._unchanged.values():
+            folders.append(self._unchangedProgress(folder, mark))
+            total += mark.messages
+            already += mark.messages
+        folders.sort(key=lambda f: self._order.get(f.key, 0))
         progress.listed(
             folders, self._excluded, already, already - recorder.appended - recorder.present
         )
@@ -231,8 +276,8 @@ class SourceListing:
             job=self._job,
             total=total,
             messages=Count(total, "message"),
-            folders=len(listed),
-            inFolders=Count(len(listed), "folder"),
+            folders=len(folders),
+            inFolders=Count(len(folders), "folder"),
             pending=total - already,
         )
         return listings
@@ -272,17 +317,21 @@ class SourceListing:
                 why=why,
             )
 
-    async def _listFolder(self, folder: SourceFolder) -> _FolderListed:
+    async def _listFolder(self, folder: SourceFolder) -> _FolderListed | None:
         """
         The messages of a source folder, and the flag changes to apply to
-        copies made by an earlier run.
+        copies made by an earlier run; L{None} for a folder unchanged since
+        the last completed pass (see L{_unchangedSince}).
 
         An IMAP source whose folder is unchanged since the last completed
         run (same UIDVALIDITY) lists only the messages that arrived since,
         and the flag changes since (with CONDSTORE); otherwise every
-        message is listed.
+        message is listed.  A Maildir folder whose directories are as they
+        were (L{MaildirSource.fingerprint}) is not listed.
         """
         source = self._source
+        if isinstance(source, MaildirSource):
+            return await self._listLocal(source, folder)
         if isinstance(source, IMAPSource):
             mark = await self._store.folderMark(self._job, folder.key)
             if mark is not None:
@@ -290,6 +339,8 @@ class SourceListing:
                     folder, mark.uidValidity, mark.uidNext, mark.highestModSeq, mark.deferred
                 )
                 if not changes.uidValidityChanged:
+                    if self._unchangedSince(folder, mark, changes):
+                        return None
                     self._deltaCounts[folder.key] = changes.status.exists
                     return changes.newMessages, changes.flagChanges
                 log.warn(
@@ -301,6 +352,74 @@ class SourceListing:
                 await self._store.forgetFolder(self._job, folder.key)
         return await source.listMessages(folder), ()
 
+    def _unchangedSince(
+        self, folder: SourceFolder, mark: FolderMark, changes: FolderChanges
+    ) -> bool:
+        """
+        Whether an IMAP folder is as its mark says (the same UIDVALIDITY,
+        UIDNEXT, MESSAGES and HIGHESTMODSEQ, nothing new, no flag changed,
+        nothing deferred): if so it is remembered as unchanged, and neither
+        its records are read nor its mailbox opened.  Without CONDSTORE
+        both HIGHESTMODSEQs are L{None}: a flag change goes unseen, as it
+        did before marks had octets (the delta listing cannot ask for flag
+        changes without a mod-sequence).
+        """
+        status = changes.status
+        unchanged = (
+            self._skipping
+            and mark.octets is not None
+            and not mark.deferred
+            and not changes.newMessages
+            and not changes.flagChanges
+            and (status.uidValidity, status.uidNext, status.exists, status.highestModSeq)
+            == (mark.uidValidity, mark.uidNext, mark.messages, mark.highestModSeq)
+        )
+        if unchanged:
+            self._unchanged[folder.key] = (folder, mark)
+        return unchanged
+
+    async def _listLocal(self, source: MaildirSource, folder: SourceFolder) -> _FolderListed | None:
+        """
+        List a Maildir folder, unless its fingerprint is the one recorded
+        after the last completed pass: then it is remembered as unchanged.
+        The fingerprint is taken before the listing (a change during it
+        changes it again), and kept for the mark only if it is not racy
+        (L{RACY_WINDOW}).
+        """
+        mark = await self._store.folderMark(self._job, folder.key)
+        if mark is not None:
+            self._marked.add(folder.key)
+        taken = source.fingerprint(folder)
+        if (
+            taken is not None
+            and mark is not None
+            and self._skipping
+            and mark.fingerprint == taken[0]
+            and mark.octets is not None
+        ):
+            self._unchanged[folder.key] = (folder, mark)
+            return None
+        if taken is not None and taken[1] < self._clock.seconds() - RACY_WINDOW:
+            self._fingerprints[folder.key] = taken[0]
+        return await source.listMessages(folder), ()
+
+    def _unchangedProgress(self, folder: SourceFolder, mark: FolderMark) -> FolderProgress:
+        """
+        The progress of a folder unchanged since its mark: every message
+        in the destination, as the mark counts them.
+        """
+        octets = mark.octets or 0
+        return FolderProgress(
+            folderName(folder.path),
+            folder.key,
+            mark.messages,
+            octets,
+            mark.messages,
+            octets,
+            0,
+            mailbox=_mailboxName(folder, self._rules),
+        )
+
     def _listedCount(self, folder: SourceFolder, messages: Sequence[SourceMessage]) -> int:
         """
         How many messages the folder holds: all of them when listed whole,
@@ -310,29 +429,48 @@ class SourceListing:
 
     async def recordFolderMarks(self, folders: Sequence[SourceFolder]) -> None:
         """
-        After a completed pass, remember where each IMAP source folder
-        stood, for the next pass's delta.
+        After a completed pass, remember where each source folder listed
+        stood, for the next pass: an IMAP folder's status, a Maildir
+        folder's fingerprint (a folder without a fingerprint to trust
+        loses its mark), each with the folder's messages and octets.
+        Nothing after a pass in which messages failed: they are retried
+        by listing their folders.
         """
         source = self._source
-        if not isinstance(source, IMAPSource) or self._stop.requested:
+        if self._stop.requested or self._progress.messagesFailed:
             return
-        if self._progress.messagesFailed:
-            # Failed messages are retried by listing the folder whole.
-            return
-        for folder in folders:
-            status = source.folderStatus(folder)
-            if status is not None:
-                await self._store.recordFolderMark(
-                    self._job,
-                    folder.key,
-                    FolderMark(
-                        status.uidValidity,
-                        status.uidNext,
-                        status.highestModSeq,
-                        status.exists,
-                        status.deferred,
-                    ),
-                )
+        if isinstance(source, IMAPSource):
+            for folder in folders:
+                status = source.folderStatus(folder)
+                if status is not None:
+                    await self._store.recordFolderMark(
+                        self._job, folder.key, self._imapMark(folder, status)
+                    )
+        elif isinstance(source, MaildirSource):
+            for folder in folders:
+                fingerprint = self._fingerprints.get(folder.key)
+                messages, octets = self._totals.get(folder.key, (0, 0))
+                if fingerprint is not None:
+                    mark = FolderMark(0, 0, None, messages, (), fingerprint, octets)
+                    await self._store.recordFolderMark(self._job, folder.key, mark)
+                elif folder.key in self._marked:
+                    await self._store.forgetFolder(self._job, folder.key)
+
+    def _imapMark(self, folder: SourceFolder, status: FolderStatus) -> FolderMark:
+        """
+        The mark of an IMAP folder whose status is C{status}, with its
+        octets as planned (none if it was not).
+        """
+        totals = self._totals.get(folder.key)
+        return FolderMark(
+            status.uidValidity,
+            status.uidNext,
+            status.highestModSeq,
+            status.exists,
+            status.deferred,
+            None,
+            None if totals is None else totals[1],
+        )
 
 
 def _mailboxName(folder: SourceFolder, rules: FolderRules) -> str:

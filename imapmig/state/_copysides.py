@@ -99,8 +99,11 @@ TABLES = (
     Table(
         "folders",
         "marks",
-        ("job", "folder_key", "uidvalidity", "uidnext", "highestmodseq", "messages", "deferred", "updated_at"),
-        ("text", "text", "int8", "int8", "int8", "int8", "int8[]", "float8"),
+        (
+            "job", "folder_key", "uidvalidity", "uidnext", "highestmodseq", "messages", "deferred",
+            "fingerprint", "octets", "updated_at",
+        ),
+        ("text", "text", "int8", "int8", "int8", "int8", "int8[]", "text", "int8", "float8"),
         "job, folder_key",
     ),
     Table(

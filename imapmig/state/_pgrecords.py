@@ -42,7 +42,7 @@ class PostgreSQLFolderMarks(FolderMarks, PostgreSQLWriter):
         deferred = "{" + ",".join(str(int(uid)) for uid in mark.deferred) + "}"
         row = (
             job, folderKey, mark.uidValidity, mark.uidNext, mark.highestModSeq,
-            mark.messages, deferred, self._seconds(),
+            mark.messages, deferred, mark.fingerprint, mark.octets, self._seconds(),
         )  # fmt: skip
         return self._enqueue(FOLDER, job, [((job, folderKey), row)])
 

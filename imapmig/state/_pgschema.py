@@ -153,6 +153,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE imapmig.job_transitions ADD COLUMN write_id bigint",
         "CREATE UNIQUE INDEX job_transitions_write ON imapmig.job_transitions (write_id)",
     ),
+    # Version 3: a local source folder's fingerprint and each marked
+    # folder's octets, as SQLite's version 12 (imapmig.state.FolderMark);
+    # NULL in older rows.
+    (
+        "ALTER TABLE imapmig.folders ADD COLUMN fingerprint text, ADD COLUMN octets bigint",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

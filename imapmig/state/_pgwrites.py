@@ -217,18 +217,22 @@ _FORGET = """
 # of arrays of different lengths cannot be one parameter.
 _MARK = """
     INSERT INTO imapmig.folders (
-        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, updated_at)
+        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, fingerprint,
+        octets, updated_at)
     SELECT u.job, u.folder_key, u.uidvalidity, u.uidnext, u.highestmodseq, u.messages,
-           u.deferred::bigint[], u.updated_at
+           u.deferred::bigint[], u.fingerprint, u.octets, u.updated_at
       FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[], %s::bigint[], %s::bigint[],
-                  %s::text[], %s::double precision[])
-        AS u (job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, updated_at)
+                  %s::text[], %s::text[], %s::bigint[], %s::double precision[])
+        AS u (job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred,
+              fingerprint, octets, updated_at)
     ON CONFLICT (job, folder_key) DO UPDATE SET
         uidvalidity = excluded.uidvalidity,
         uidnext = excluded.uidnext,
         highestmodseq = excluded.highestmodseq,
         messages = excluded.messages,
         deferred = excluded.deferred,
+        fingerprint = excluded.fingerprint,
+        octets = excluded.octets,
         updated_at = excluded.updated_at
 """
 
@@ -344,7 +348,7 @@ def _writeFolders(connection: Connection, writes: Sequence[Write]) -> None:
         connection.execute(_FORGET, _columns(forget, 2))
     marks = [row for row in latest.values() if len(row) > 2]
     if marks:
-        connection.execute(_MARK, _columns(marks, 8))
+        connection.execute(_MARK, _columns(marks, 10))
     latestFallbacks = _latest(writes, FALLBACK)
     if latestFallbacks:
         connection.execute(_FALLBACK, _columns(latestFallbacks.values(), 5))

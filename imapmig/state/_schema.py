@@ -10,7 +10,7 @@ import sqlite3
 
 from imapmig.errors import PermanentError, StateSchemaTooNew
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 """
 The newest schema this code knows; a database with a newer one is refused.
 """
@@ -169,6 +169,15 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (job, seq)
         ) WITHOUT ROWID
         """,
+    ),
+    # Version 12: a local source folder's fingerprint (FolderMark.fingerprint:
+    # its directories' state when last listed whole and all copied) and each
+    # marked folder's octets, so that a delta pass skips an unchanged folder
+    # without listing it or reading its messages' records; NULL in older
+    # rows.
+    12: (
+        "ALTER TABLE folders ADD COLUMN fingerprint TEXT",
+        "ALTER TABLE folders ADD COLUMN octets INTEGER",
     ),
 }
 

@@ -94,6 +94,12 @@ A journal entry's mailbox, UIDVALIDITY, UID floor, packed messages and
 time.
 """
 
+_FEW_FOLDERS = 64
+"""
+Up to how many folders L{OutcomeJournal.destinationMaps} names in its
+query; for more, it reads every row of the job.
+"""
+
 
 class OutcomeJournal(SQLStore):
     """
@@ -207,10 +213,16 @@ class OutcomeJournal(SQLStore):
         outcomes, where L{destinationMap} of each folder was one a folder
         (on PostgreSQL a round trip each, 4.7 a job of the scale-out row).
         """
+        # Only the folders asked for, by the primary key, when they are few
+        # (a delta pass lists only the folders that changed); every row of
+        # the job otherwise, in one statement.
+        few = 0 < len(folderKeys) <= _FEW_FOLDERS
+        inFolders = f" AND folder_key IN ({', '.join('?' for _ in folderKeys)})" if few else ""
         query = self._dialect.sql(
             f"SELECT {self._outcomeColumns()} FROM imapmig.messages"
-            " WHERE job = ? AND failure IS NULL"
+            f" WHERE job = ? AND failure IS NULL{inFolders}"
         )
+        parameters = (job, *folderKeys) if few else (job,)
 
         def byFolder(connection: Any) -> dict[str, dict[str, MessageOutcome]]:
             # The rows are read one at a time, never all at once beside the
@@ -219,7 +231,7 @@ class OutcomeJournal(SQLStore):
             # them all: 662 bytes a message at peak before, 363 after).
             maps: dict[str, dict[str, MessageOutcome]] = {key: {} for key in folderKeys}
             shared: dict[str, str] = {}
-            for row in connection.execute(query, (job,)):
+            for row in connection.execute(query, parameters):
                 folderKey, messageKey, mailbox, *rest = row
                 folder = maps.get(folderKey)
                 if folder is not None:

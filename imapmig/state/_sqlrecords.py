@@ -31,14 +31,17 @@ from imapmig.state.jobrecords import HOLDS, IJobRecords, JobHold, Transition
 
 _UPSERT_MARK = """
     INSERT INTO folders (
-        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, updated_at
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+        job, folder_key, uidvalidity, uidnext, highestmodseq, messages, deferred, fingerprint,
+        octets, updated_at
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
     ON CONFLICT (job, folder_key) DO UPDATE SET
         uidvalidity = excluded.uidvalidity,
         uidnext = excluded.uidnext,
         highestmodseq = excluded.highestmodseq,
         messages = excluded.messages,
         deferred = excluded.deferred,
+        fingerprint = excluded.fingerprint,
+        octets = excluded.octets,
         updated_at = excluded.updated_at
 """
 
@@ -55,17 +58,23 @@ class FolderMarks(SQLStore):
         See L{IStateStore.folderMark}.
         """
 
-        def mark(rows: list[tuple[int, int, int | None, int, Any]]) -> FolderMark | None:
+        def mark(
+            rows: list[tuple[int, int, int | None, int, Any, str | None, int | None]],
+        ) -> FolderMark | None:
             if not rows:
                 return None
-            ((uidValidity, uidNext, highestModSeq, messages, deferred),) = rows
-            return FolderMark(uidValidity, uidNext, highestModSeq, messages, _uids(deferred))
+            ((uidValidity, uidNext, highestModSeq, messages, deferred, fingerprint, octets),) = rows
+            return FolderMark(
+                uidValidity, uidNext, highestModSeq, messages, _uids(deferred), fingerprint, octets
+            )
 
-        # An older database opened read-only has no deferred UIDs yet.
+        # An older database opened read-only has no deferred UIDs yet, nor
+        # fingerprints.
         deferred = "deferred" if self._version >= 6 else "NULL"
+        fingerprint = "fingerprint, octets" if self._version >= 12 else "NULL, NULL"
         return self._select(
             "read the folder mark",
-            f"SELECT uidvalidity, uidnext, highestmodseq, messages, {deferred}"
+            f"SELECT uidvalidity, uidnext, highestmodseq, messages, {deferred}, {fingerprint}"
             " FROM imapmig.folders WHERE job = ? AND folder_key = ?",
             (job, folderKey),
             mark,
@@ -116,6 +125,8 @@ class SQLiteFolderMarks(FolderMarks, SQLiteBase):
             mark.highestModSeq,
             mark.messages,
             ",".join(str(uid) for uid in mark.deferred) or None,
+            mark.fingerprint,
+            mark.octets,
             self._seconds(),
         )
         return self._transaction(

@@ -32,6 +32,17 @@ class FolderMark:
     @ivar deferred: UIDs below L{uidNext}, ascending, that the pass left
         undecided and the next pass lists again (a label view's deferred
         messages: L{imapmig.sources.labelviews}); usually none.
+    @ivar fingerprint: a local source folder's state as its source tells
+        it (a Maildir's C{cur/} and C{new/}: inode, mtime and ctime in
+        nanoseconds, size;
+        L{imapmig.sources.maildir.MaildirSource.fingerprint}): the same at
+        the next pass, nothing in it changed; L{None} for an IMAP
+        folder (its UIDs say it), or a mark recorded before there were
+        fingerprints.  A local folder's mark has a L{uidValidity} and
+        L{uidNext} of 0.
+    @ivar octets: the folder's octets as listed, all its messages copied,
+        so that a pass that finds the folder unchanged counts them without
+        reading their records; L{None} in marks recorded before.
     """
 
     uidValidity: int
@@ -39,6 +50,8 @@ class FolderMark:
     highestModSeq: int | None
     messages: int
     deferred: tuple[int, ...] = ()
+    fingerprint: str | None = None
+    octets: int | None = None
 
 
 @frozen

@@ -145,6 +145,23 @@ class FakeMailStore:
         box = self._mailboxes[user][canonicalName(name)]
         box.messages = [m for m in box.messages if m.body != body]
 
+    def renumber(self, user: str, name: str) -> int:
+        """
+        Give C{user}'s mailbox C{name} a new UIDVALIDITY and its messages
+        UIDs from 1, as a server that rebuilt its index does.
+
+        @return: the new UIDVALIDITY.
+        """
+        box = self._mailboxes[user][canonicalName(name)]
+        box.uidValidity = self._nextUIDValidity
+        self._nextUIDValidity += 1
+        box.messages = [
+            StoredMessage(m.body, m.flags, m.internalDate, uid)
+            for uid, m in enumerate(box.messages, 1)
+        ]
+        box.uidNext = len(box.messages) + 1
+        return box.uidValidity
+
     def mailbox(self, user: str, name: str) -> list[StoredMessage]:
         """
         The messages of C{user}'s mailbox C{name}, in UID order.

@@ -48,7 +48,7 @@ from imapmig.sources.maildir.names import (
     readKeywords,
     sizeField,
 )
-from imapmig.sources.maildir.opened import Located, OpenFolder
+from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder
 
 __all__ = ["MaildirSource"]
@@ -138,6 +138,47 @@ class MaildirSource:
         """
         folders, self._folderDirectories = findFolders(self.path)
         return folders
+
+    def fingerprint(self, folder: SourceFolder) -> tuple[str, float] | None:
+        """
+        The state of C{folder}'s C{cur/} and C{new/} directories, to be
+        taken before it is listed: each one's inode, mtime and ctime in
+        nanoseconds and size (C{"-"} for one missing).  A file delivered,
+        renamed (a flag changed) or deleted changes its directory's mtime
+        and ctime, so the same fingerprint at a later pass means nothing
+        in the folder changed, but for a change within the same clock
+        tick as the newest of those times (the caller trusts only a
+        fingerprint whose newest time is older than a racy window before
+        it was taken, as git trusts its index).  The inode tells a folder
+        renamed into the place of another; the ctime, which no program can
+        set, one whose mtime was set back (a restore that keeps times,
+        C{rsync -a}, C{cp -p}, even onto a reused inode).  One C{stat} per
+        directory; no file is read.
+
+        @return: the fingerprint and the newest of the directories' mtimes
+            and ctimes, in seconds; L{None} when a directory cannot be
+            looked at (the listing will say why).
+        """
+        try:
+            directory = os.path.join(self.path, self._relativeOf(folder))
+        except SourceError:
+            return None
+        parts: list[str] = []
+        newest = float("-inf")
+        for subdir in SUBDIRS:
+            try:
+                status = os.stat(os.path.join(directory, subdir))
+            except FileNotFoundError:
+                parts.append(f"{subdir} -")
+                continue
+            except OSError:
+                return None
+            parts.append(
+                f"{subdir} {status.st_ino} {status.st_mtime_ns} {status.st_ctime_ns}"
+                f" {status.st_size}"
+            )
+            newest = max(newest, status.st_mtime_ns / 1e9, status.st_ctime_ns / 1e9)
+        return " ".join(parts), newest
 
     def _relativeOf(self, folder: SourceFolder) -> str:
         """
