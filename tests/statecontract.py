@@ -305,6 +305,41 @@ class OutcomeJournalContract(_MixinBase):
         uids = self.successResultOf(store.recordedUIDs("job", "INBOX", 7, 1))
         self.assertEqual(uids, {n + 1 for n in range(150) if n != 3})
 
+    def test_appendedStretches(self) -> None:
+        """
+        A run of L{AppendedOutcome}s changing folder, mailbox or
+        UIDVALIDITY along the way (the SQLite store binds what a stretch
+        shares once per statement) records each with its own.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", str(n), "INBOX", n, 7, n + 1, 0) for n in range(70)
+        ]
+        batch += [("Sent", str(n), "Sent", n, 8, n + 1, 1) for n in range(3)]
+        batch += [("INBOX", str(n), "INBOX", n, None, None, 0) for n in range(70, 72)]
+        batch += [("INBOX", str(n), "Other", n, 9, n, 0) for n in range(72, 137)]
+        batch.append(("INBOX", "5", "INBOX", 5, 7, 500, 0))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        inbox = self.successResultOf(store.destinationMap("job", "INBOX"))
+        expected = {
+            str(n): MessageOutcome("INBOX", str(n), "INBOX", n, 7, n + 1) for n in range(70)
+        }
+        expected["5"] = MessageOutcome("INBOX", "5", "INBOX", 5, 7, 500)
+        expected.update(
+            (str(n), MessageOutcome("INBOX", str(n), "INBOX", n)) for n in range(70, 72)
+        )
+        expected.update(
+            (str(n), MessageOutcome("INBOX", str(n), "Other", n, 9, n)) for n in range(72, 137)
+        )
+        self.assertEqual(inbox, expected)
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "Sent")),
+            {
+                str(n): MessageOutcome("Sent", str(n), "Sent", n, 8, n + 1, lineEndingsConverted=True)
+                for n in range(3)
+            },
+        )
+
     def test_batchAllOrNothing(self) -> None:
         """
         A batch that cannot be recorded whole (a UID beyond a 64-bit
