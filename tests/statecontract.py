@@ -340,6 +340,28 @@ class OutcomeJournalContract(_MixinBase):
             },
         )
 
+    def test_interleavedStretches(self) -> None:
+        """
+        Stretches of two folders alternating in a batch (two connections'
+        replies; the SQLite store writes each folder's together) are
+        recorded whole; a message recorded in two of them keeps its later
+        outcome.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = []
+        for turn in range(4):
+            batch += [("A", f"{turn}-{n}", "A", n, 7, 10 * turn + n, 0) for n in range(40)]
+            batch += [("B", f"{turn}-{n}", "B", n, 8, 10 * turn + n, 0) for n in range(30)]
+        batch.append(("A", "x", "Elsewhere", 1, 9, 1, 0))
+        batch.append(("A", "x", "A", 1, 7, 2, 0))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        folderA = self.successResultOf(store.destinationMap("job", "A"))
+        folderB = self.successResultOf(store.destinationMap("job", "B"))
+        self.assertEqual((len(folderA), len(folderB)), (161, 120))
+        self.assertEqual(folderA["3-39"], MessageOutcome("A", "3-39", "A", 39, 7, 69))
+        self.assertEqual(folderB["2-0"], MessageOutcome("B", "2-0", "B", 0, 8, 20))
+        self.assertEqual(folderA["x"], MessageOutcome("A", "x", "A", 1, 7, 2))
+
     def test_batchAllOrNothing(self) -> None:
         """
         A batch that cannot be recorded whole (a UID beyond a 64-bit

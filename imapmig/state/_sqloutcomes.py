@@ -60,6 +60,7 @@ _appendedStatements: dict[int, str] = {}
 # conversion; its folder key, mailbox and UIDVALIDITY are the run's.
 _perRow = itemgetter(1, 3, 5, 6)
 _perRun = itemgetter(0, 2, 4)
+_messageOf = itemgetter(0, 1)
 
 
 def _upsertAppended(rows: int) -> str:
@@ -380,10 +381,10 @@ def _writeAppended(
     Upsert a run of L{AppendedOutcome}s for C{job} at C{now}, in order:
     each stretch of one folder, mailbox and UIDVALIDITY in statements of
     L{_APPENDED_ROWS} rows, then of halves of that for the rest (a few
-    statements, each compiled once per process).
+    statements, each compiled once per process).  The stretches of a
+    folder are written together (L{_stretches}).
     """
-    for shared, stretch in groupby(outcomes, _perRun):
-        rows = list(stretch)
+    for shared, rows in _stretches(outcomes):
         start = 0
         count = len(rows)
         size = _APPENDED_ROWS
@@ -395,6 +396,29 @@ def _writeAppended(
             parameters.extend(chain.from_iterable(map(_perRow, rows[start:end])))
             connection.execute(_upsertAppended(size), parameters)
             start = end
+
+
+def _stretches(
+    outcomes: Sequence[tuple[object, ...]],
+) -> list[tuple[tuple[object, ...], list[tuple[object, ...]]]]:
+    """
+    C{outcomes} (L{AppendedOutcome}s) in stretches of one folder, mailbox
+    and UIDVALIDITY (L{_perRun}), each with what it shares: a job's
+    connections append into different folders at once, so a batch
+    alternates between them a tagged reply at a time, and each stretch
+    alone would be cut into several short statements.  So the stretches
+    of one folder, mailbox and UIDVALIDITY are joined, in their order,
+    unless a message is in the batch twice: then the stretches stay as
+    they come, so that its later outcome is written last.
+    """
+    stretches = [(shared, list(rows)) for shared, rows in groupby(outcomes, _perRun)]
+    if len(stretches) > 1:
+        joined: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
+        for shared, rows in stretches:
+            joined.setdefault(shared, []).extend(rows)
+        if len(joined) < len(stretches) and len(set(map(_messageOf, outcomes))) == len(outcomes):
+            return list(joined.items())
+    return stretches
 
 
 def _nameless(outcome: MessageOutcome) -> bool:
