@@ -48,6 +48,7 @@ _body = attrgetter("body")
 _sourceKey = attrgetter("source.key")
 _sourceSize = attrgetter("source.size")
 _converted = attrgetter("converted")
+_key = attrgetter("key")
 
 
 class JournalTicket:
@@ -254,7 +255,7 @@ class OutcomeRecorder:
         """
         if self._abandoned:
             return fail(LeaseLost("the job's run was abandoned"))
-        keys = FolderKeys(folderKey, [m.key for m in messages])
+        keys = FolderKeys(folderKey, list(map(_key, messages)))
         d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, keys)
         return d.addCallbacks(JournalTicket, self._fenced, callbackArgs=(len(keys),))
 
