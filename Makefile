@@ -89,24 +89,46 @@ test: setup typecheck trial
 test-browser: setup
 	CI=$${CI:-true} $(BIN)/python -m twisted.trial tests.test_browser tests.test_browser_controls
 
-# The benchmark (issue 3): bench/run.py's docstring documents it.
-#   make bench        the full matrix (about 60 minutes); BENCH_ARGS adds options
-#   make bench-quick  a smoke run (under a minute)
+# The benchmark (issues 3, 17, 30 and 31): bench/run.py's docstring documents it;
+# docs/benchmark.md "Running the benchmark" says what each target runs and costs.
+#   make bench        every part but the fleet's, medians of 3 runs (about 50 minutes):
+#                     results.md, and summary.md (issue 31's acceptance, one line per
+#                     ratio), then README.md's Speed table from it; BENCH_ARGS adds
+#                     options (BENCH_ARGS="--runs 5": about 75 minutes)
+#   make bench-big    the big-account rows: 5,000 and 500,000 messages, spread over
+#                     folders and in one folder (an hour or more)
+#   make bench-fleet  the fleet part (issue 30, a private PostgreSQL; about 10 minutes)
+#   make bench-quick  a smoke run (under a minute) into bench/work/quick-results
+#   make bench-readme README.md's Speed table from bench/results/summary.md
 BENCH_APT_PACKAGES = isync build-essential dovecot-imapd iproute2
 BENCH_PIP_PACKAGES = matplotlib
+BENCH_PARTS ?= tls,s2s,scale,main,servers,compress,nagle
+BENCH_RUNS  ?= 3
 BENCH_ARGS ?=
 
-.PHONY: bench-quick bench-packages
+.PHONY: bench-quick bench-packages bench-big bench-fleet bench-readme
 
 bench-packages: setup
 	$(call apt_install,$(BENCH_APT_PACKAGES))
 	$(BIN)/python -m pip install -q $(BENCH_PIP_PACKAGES)
 
 bench: bench-packages
-	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	$(BIN)/python -m bench.run --parts $(BENCH_PARTS) --runs $(BENCH_RUNS) $(BENCH_ARGS)
+	$(BIN)/python -m bench.summary --readme
+
+bench-big: bench-packages
+	$(BIN)/python -m bench.run --bigaccount $(BENCH_ARGS)
+	$(BIN)/python -m bench.summary --readme
+
+# psycopg comes with the dev extra (make setup), PostgreSQL with system-packages.
+bench-fleet: bench-packages
+	$(BIN)/python -m bench.run --parts fleet $(BENCH_ARGS)
 
 bench-quick: bench-packages
 	$(BIN)/python -m bench.run --quick $(BENCH_ARGS)
+
+bench-readme:
+	$(BIN)/python -m bench.summary --readme
 
 # The service install, Debian style (docs/install.md).
 #   make install     as root: the system user imapmig, a venv at $(PREFIX) with

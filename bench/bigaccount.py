@@ -250,15 +250,18 @@ def table(rows: list[BigRow]) -> str:
 
 
 def bigAccountCheck(workDir: str, resultsDir: str, sizes: list[int], layouts: list[str],
-                    commit: str) -> int:  # fmt: skip
+                    commit: str, rowsOut: list[BigRow] | None = None) -> int:  # fmt: skip
     """
     Run every row and write C{bigaccount.md}.
 
+    @param rowsOut: where to put the rows too (for C{summary.md}).
     @return: 0 when every target was met.
     """
     rawBinary, _ = buildTools(workDir)
     rows = [runRow(workDir, rawBinary, layout, count)
             for layout in layouts for count in sorted(sizes)]  # fmt: skip
+    if rowsOut is not None:
+        rowsOut.extend(rows)
     lines = verdicts(rows)
     text = "\n".join([
         "# imapmig: one big account (issue 31, point 4)",

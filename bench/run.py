@@ -1,9 +1,15 @@
-# -*- test-case-name: tests.test_bench -*-
+# -*- test-case-name: tests.test_bench,tests.test_bench_summary -*-
 """
 The benchmark of issue 3: imapmig against the tools admins use today and
 against a raw writer that marks the server's ceiling.
 
-    .venv/bin/python -m bench.run [options]      # or: make bench / make bench-quick
+    .venv/bin/python -m bench.run [options]
+
+    make bench        --parts tls,s2s,scale,main,servers,compress,nagle --runs 3
+                      (about 50 minutes; then python -m bench.summary --readme)
+    make bench-big    --bigaccount (500,000 messages; an hour or more)
+    make bench-fleet  --parts fleet (about 10 minutes)
+    make bench-quick  --quick (under a minute)
 
 It builds what it needs (the corpora under C{bench/work/}, the raw writer
 C{bench/rawappend.c} with C{gcc -O2}), starts a private Dovecot for each
@@ -11,7 +17,10 @@ setting, runs every client the given number of times, and writes:
 
   - C{bench/results/results.md}: the table (client, RTT, corpus, store,
     messages/s, MB/s, ratio to the raw ceiling of the same setting, peak RSS,
-    start-up time), the versions of every tool, and the issue's targets;
+    start-up time), the versions of every tool, the issue's targets, and
+    each part's minutes and the load average at its start and end;
+  - C{bench/results/summary.md}: issue 31's acceptance, one line per ratio
+    (L{bench.summary}): the lines this run measured replace the file's;
   - C{bench/results/chart.png}: messages/s by client and RTT (log scale);
   - C{bench/results/raw/*.json}: every individual run.
 
@@ -125,7 +134,8 @@ Options:
                     messages over the 20 Mbit/s link (default 500)
   --nagle-messages N
                     messages of the nagle part (default 2000)
-  --parts LIST      main,servers,compress,nagle,scale,s2s,tls (default all)
+  --parts LIST      main,servers,compress,nagle,scale,s2s,tls,fleet (default
+                    all; make bench: all but fleet)
   --tls LIST        the modes of the tls part: none (plain TCP), implicit
                     (the imaps port), starttls (default all three)
   --quick           a smoke run: 300 messages, 1 run, loopback, tmpfs,
@@ -168,7 +178,8 @@ Options:
   --bigaccount      the big-account rows instead (bench/bigaccount.py,
                     issue 31 point 4): imapmig, its delta pass and the raw
                     client on one account of each size; writes
-                    bigaccount.md
+                    bigaccount.md, and summary.md's lines of the
+                    500,000-message rows
   --bigaccount-sizes LIST
                     its sizes, comma-separated (default 5000,500000; the
                     smallest is the reference of the targets)
@@ -250,6 +261,15 @@ from bench.servers import (
     capabilitiesWithout,
     defaultCapabilities,
 )
+from bench.summary import (
+    PartClock,
+    RunContext,
+    bigLines,
+    figureLines,
+    partsTable,
+    scaleLines,
+    writeSummary,
+)
 
 _LINK_MTU = 9000
 _COMPRESS_RTT_MS = 20.0
@@ -314,6 +334,7 @@ class Bench:
         self.results: list[RunResult] = []
         self.scaleRuns: list[ScaleRun] = []
         self.notes: list[str] = []
+        self.parts = PartClock()
         self.rawBinary = ""
         self.timer = ""
         self._capabilities: list[str] | None = None
@@ -977,7 +998,8 @@ def execute(bench: Bench, plan: list[Job]) -> None:
                 if job.setting.part == "nagle":
                     sideBySide.setdefault(job.setting.server, []).append(job)
             for nagle in sideBySide.values():
-                bench.runSideBySide(network, nagle)
+                with bench.parts.timed("nagle"):
+                    bench.runSideBySide(network, nagle)
             servers: dict[tuple[str, str, bool], list[Job]] = {}
             for job in jobs:
                 s = job.setting
@@ -988,14 +1010,19 @@ def execute(bench: Bench, plan: list[Job]) -> None:
                 if job.setting.part == "s2s":
                     from bench.s2s import runServerToServer
 
-                    runServerToServer(bench, job)
+                    with bench.parts.timed("s2s"):
+                        runServerToServer(bench, job)
             tlsJobs = [job for job in jobs if job.setting.part == "tls"]
             if tlsJobs:
                 from bench.tlsrows import runTLS
 
-                runTLS(bench, tlsJobs)
+                with bench.parts.timed("tls"):
+                    runTLS(bench, tlsJobs)
             for (store, server, compress), serverJobs in servers.items():
-                bench.runSetting(network, store, server, compress, serverJobs)
+                # main, servers and compress never share a Dovecot: each
+                # has its server variant or COMPRESS.
+                with bench.parts.timed(serverJobs[0].setting.part):
+                    bench.runSetting(network, store, server, compress, serverJobs)
 
 
 def _firstLine(argv: list[str]) -> str:
@@ -1141,9 +1168,28 @@ def _targets(rows: Sequence[Figure]) -> list[str]:
     return lines
 
 
+def _partsSection(bench: Bench) -> list[str]:
+    """
+    The section of results.md that says what each part took and the load
+    average at its start and end (none when no part was timed).
+    """
+    if not bench.parts.records:
+        return []
+    return [
+        "## The parts: time taken and the load average around each",
+        "",
+        "The load average (1, 5 and 15 minutes, 2 cores) when each part started and "
+        "ended: a wall-clock figure taken on a busy machine says so here.",
+        "",
+        partsTable(bench.parts.records),
+        "",
+    ]
+
+
 def writeResults(bench: Bench, command: str, elapsed: float) -> str:
     """
-    Write results.md and chart.png; return the Markdown.
+    Write results.md and chart.png; return the Markdown.  A run with no
+    figure of its own (no part but the fleet's) writes neither.
     """
     rows = figures(bench.results)
     order = list(CONTENDERS)
@@ -1288,11 +1334,15 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
         parts += ["## The targets of issues 3, 16 and 17", "", *targets, ""]
     if scale:
         parts += ["## The targets of issue 17 (speed at scale)", "", *scaleTargets(scale), ""]
+    parts += _partsSection(bench)
     if bench.notes:
         parts += ["## Notes", "", *[f"- {n}" for n in bench.notes], ""]
     text = "\n".join(parts)
-    with open(os.path.join(bench.resultsDir, "results.md"), "w") as f:
-        f.write(text)
+    if rows or scale:
+        # A run with no table of its own (the fleet part alone: fleet.md)
+        # leaves the last results.md as it was.
+        with open(os.path.join(bench.resultsDir, "results.md"), "w") as f:
+            f.write(text)
     return text
 
 
@@ -1348,6 +1398,56 @@ def memoryCheck(bench: Bench) -> int:
     return 0 if result.ok and peak < _MEMORY_TARGET_MB else 1
 
 
+def shortCommit() -> str:
+    """
+    This checkout's commit, abbreviated, marked when imapmig/ or bench/
+    holds uncommitted changes.
+    """
+    def git(*argv: str) -> str | None:
+        try:
+            completed = subprocess.run(["git", "-C", REPOSITORY, *argv], capture_output=True,
+                                       text=True, timeout=30)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return completed.stdout.strip() if completed.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if commit is None:
+        # A tree from git archive, say.
+        return "unknown (not a git checkout)"
+    return commit + ("+" if git("status", "--porcelain", "--", "imapmig", "bench") else "")
+
+
+def appendParts(bench: Bench, name: str) -> None:
+    """
+    Add the run's time and the load average at its start and end to the
+    file C{name} a check (C{--memory}, C{--delta}, C{--bigaccount}) wrote.
+    """
+    path = os.path.join(bench.resultsDir, name)
+    table = partsTable(bench.parts.records)
+    with open(path, "a") as f:
+        f.write(f"\nThe run's time, and the load average (1, 5, 15 minutes; 2 cores) at its "
+                f"start and end:\n\n{table}\n")  # fmt: skip
+    print(table, flush=True)
+
+
+def writeSummaryOf(bench: Bench, command: str, commit: str, big: Sequence[Any] = ()) -> None:
+    """
+    Merge this run's lines of issue 31's acceptance into C{summary.md}
+    (L{bench.summary}).
+
+    @param commit: L{shortCommit} when the run started.
+    @param big: the big-account rows (L{bench.bigaccount.BigRow}), if any.
+    """
+    context = RunContext(commit, command, bench.parts.records)
+    lines = [*figureLines(figures(bench.results), context),
+             *scaleLines(scaleFigures(bench.scaleRuns), context),
+             *bigLines(big, context)]  # fmt: skip
+    writeSummary(bench.resultsDir, lines)
+    print(f"== Written: {os.path.join(bench.resultsDir, 'summary.md')} "
+          f"({len(lines)} line(s) of issue 31's acceptance from this run)", flush=True)  # fmt: skip
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """
     Run the benchmark; return the exit status (1 when a run failed).
@@ -1358,20 +1458,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     bench = Bench(args)
     bench.prepare()
+    command = ("python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)).strip()
+    # The code that runs: a commit made during the run is not it.
+    commit = shortCommit()
     if args.memory:
-        return memoryCheck(bench)
+        with bench.parts.timed("memory"):
+            status = memoryCheck(bench)
+        appendParts(bench, "memory.md")
+        return status
     if args.delta:
         from bench.delta import deltaCheck
 
-        return deltaCheck(bench.workDir, bench.resultsDir, args.delta_messages, toolVersions())
+        with bench.parts.timed("delta"):
+            status = deltaCheck(bench.workDir, bench.resultsDir, args.delta_messages,
+                                toolVersions())  # fmt: skip
+        appendParts(bench, "delta.md")
+        return status
     if args.bigaccount:
-        from bench.bigaccount import bigAccountCheck
+        from bench.bigaccount import BigRow, bigAccountCheck
 
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=REPOSITORY).stdout.strip()  # fmt: skip
-        return bigAccountCheck(bench.workDir, bench.resultsDir,
-                               [int(n) for n in args.bigaccount_sizes],
-                               args.bigaccount_layouts, commit)  # fmt: skip
+        rows: list[BigRow] = []
+        with bench.parts.timed("bigaccount"):
+            status = bigAccountCheck(bench.workDir, bench.resultsDir,
+                                     [int(n) for n in args.bigaccount_sizes],
+                                     args.bigaccount_layouts, commit,
+                                     rowsOut=rows)  # fmt: skip
+        appendParts(bench, "bigaccount.md")
+        writeSummaryOf(bench, command, commit, rows)
+        return status
     plan = makePlan(args)
     print(f"== Plan: {len(plan)} settings, {args.runs} run(s) each", flush=True)
     for job in plan:
@@ -1382,20 +1496,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     execute(bench, plan)
     sizes = scaleSizes(args)
     if sizes is not None:
-        runScale(bench, sizes)
-    command = "python -m bench.run " + " ".join(sys.argv[1:] if argv is None else argv)
+        with bench.parts.timed("scale"):
+            runScale(bench, sizes)
     fleet = fleetSizes(args)
     fleetOk = True
     if fleet is not None:
         # Imported here: it needs psycopg (imapmig[postgresql]).
         from bench.fleet_run import runFleet
 
-        fleetOk = runFleet(bench, fleet, command.strip())
+        with bench.parts.timed("fleet"):
+            fleetOk = runFleet(bench, fleet, command)
         bench.note("fleet part: its figures and targets are in fleet.md")
-    text = writeResults(bench, command.strip(), time.monotonic() - started)
+    text = writeResults(bench, command, time.monotonic() - started)
     print()
     print(text)
-    print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
+    if bench.results or bench.scaleRuns:
+        print(f"== Written: {os.path.join(bench.resultsDir, 'results.md')}, chart.png, raw/")
+    else:
+        print("== results.md left as it was: this run has no table of its own")
+    writeSummaryOf(bench, command, commit)
     ok = all(r.ok for r in bench.results) and all(r.ok for r in bench.scaleRuns) and fleetOk
     return 0 if ok else 1
 
