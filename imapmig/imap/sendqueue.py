@@ -14,7 +14,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import deque
 from itertools import accumulate
-from operator import attrgetter
 from typing import Iterable
 
 from imapmig.imap.outgoing import (
@@ -24,15 +23,12 @@ from imapmig.imap.outgoing import (
     PipelineSettings,
 )
 
-_body = attrgetter("body")
-_mailbox = attrgetter("mailbox")
-
 
 def _sizeOf(batch: list[OutgoingMessage]) -> int:
     """
     The octets of the bodies of C{batch}.
     """
-    return sum(map(len, map(_body, batch)))
+    return sum([len(message.body) for message in batch])
 
 
 class SendQueue:
@@ -45,7 +41,8 @@ class SendQueue:
 
     The queue is a list read from its head (L{_head}), cut back as
     messages are added: a batch is taken as one slice, its octets summed
-    and its cut found by C-level passes, with no bytecode per message.
+    and its cut found by a comprehension, C{accumulate} and C{bisect}, with
+    no statement per message.
 
     @ivar queuedBytes: the octets of the queue.
     """
@@ -105,9 +102,11 @@ class SendQueue:
         start = len(queue)
         queue.extend(messages)
         added = queue[start:]
+        size = 0
         for message in added:
             message.mailbox = mailbox
-        self.queuedBytes += _sizeOf(added)
+            size += len(message.body)
+        self.queuedBytes += size
 
     def sendFirst(self, batch: list[OutgoingMessage]) -> None:
         """
@@ -193,12 +192,12 @@ class SendQueue:
             return None
         batch = queue[head : head + limit]
         mailbox = batch[0].mailbox
-        if list(map(_mailbox, batch)).count(mailbox) != len(batch):
+        if [message.mailbox for message in batch].count(mailbox) != len(batch):
             batch = batch[: _sameMailbox(batch, mailbox)]
         # The most octets taken: a first message above them goes alone,
         # when nothing is in flight.
         limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
-        sizes = list(accumulate(map(len, map(_body, batch))))
+        sizes = list(accumulate([len(message.body) for message in batch]))
         if sizes[-1] > limitBytes:
             cut = bisect_right(sizes, limitBytes)
             if not cut:

@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from itertools import accumulate
-from operator import attrgetter
 from typing import Collection, Iterator, Sequence
 
 from attrs import frozen
 
 from imapmig.mail.message import SourceFolder, SourceMessage
-
-_size = attrgetter("size")
 
 
 def pendingMessages(
@@ -121,12 +118,12 @@ def chunks(
     ends with the message that brings it to C{chunkBytes} or more.
 
     Each cut is found on the running sums of the sizes (C{accumulate},
-    C{bisect}: C-level passes), not by a step per message: a job cuts
+    C{bisect} on a comprehension's sizes), not by a step per message: a job cuts
     every message into units, counts them, and cuts each unit into
     read steps.
     """
     count = len(messages)
-    sums = list(accumulate(map(_size, messages)))
+    sums = list(accumulate([message.size for message in messages]))
     start = 0
     before = 0
     while start < count:
