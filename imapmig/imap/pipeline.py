@@ -165,7 +165,7 @@ def _plainLiterals(
     """
     Append to C{out} the non-synchronizing literals of C{messages} from
     C{start} on, up to the first one that is binary, synchronizing, large
-    or not C{bytes} (which L{AppendPipeline._writeLiterals} writes); return
+    or streamed (which L{AppendPipeline._writeLiterals} writes); return
     its index, or C{len(messages)}.  Five statements a message where the
     general loop takes ten.
     """
@@ -173,10 +173,10 @@ def _plainLiterals(
     index = start
     for message in messages[start:]:
         body = message.body
-        if type(body) is not bytes or message.binary or len(body) > limit:
+        if message.binary or len(body) > limit or isinstance(body, StreamedBody):
             return index
         out.append(b"%s {%d+}\r\n" % (message.arguments, len(body)))
-        out.append(body)
+        out.append(body if type(body) is bytes else memoryview(body))
         index += 1
     return index
 
