@@ -305,6 +305,63 @@ class OutcomeJournalContract(_MixinBase):
         uids = self.successResultOf(store.recordedUIDs("job", "INBOX", 7, 1))
         self.assertEqual(uids, {n + 1 for n in range(150) if n != 3})
 
+    def test_appendedStretches(self) -> None:
+        """
+        A run of L{AppendedOutcome}s changing folder, mailbox or
+        UIDVALIDITY along the way (the SQLite store binds what a stretch
+        shares once per statement) records each with its own.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", str(n), "INBOX", n, 7, n + 1, 0) for n in range(70)
+        ]
+        batch += [("Sent", str(n), "Sent", n, 8, n + 1, 1) for n in range(3)]
+        batch += [("INBOX", str(n), "INBOX", n, None, None, 0) for n in range(70, 72)]
+        batch += [("INBOX", str(n), "Other", n, 9, n, 0) for n in range(72, 137)]
+        batch.append(("INBOX", "5", "INBOX", 5, 7, 500, 0))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        inbox = self.successResultOf(store.destinationMap("job", "INBOX"))
+        expected = {
+            str(n): MessageOutcome("INBOX", str(n), "INBOX", n, 7, n + 1) for n in range(70)
+        }
+        expected["5"] = MessageOutcome("INBOX", "5", "INBOX", 5, 7, 500)
+        expected.update(
+            (str(n), MessageOutcome("INBOX", str(n), "INBOX", n)) for n in range(70, 72)
+        )
+        expected.update(
+            (str(n), MessageOutcome("INBOX", str(n), "Other", n, 9, n)) for n in range(72, 137)
+        )
+        self.assertEqual(inbox, expected)
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "Sent")),
+            {
+                str(n): MessageOutcome("Sent", str(n), "Sent", n, 8, n + 1, lineEndingsConverted=True)
+                for n in range(3)
+            },
+        )
+
+    def test_interleavedStretches(self) -> None:
+        """
+        Stretches of two folders alternating in a batch (two connections'
+        replies; the SQLite store writes each folder's together) are
+        recorded whole; a message recorded in two of them keeps its later
+        outcome.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome] = []
+        for turn in range(4):
+            batch += [("A", f"{turn}-{n}", "A", n, 7, 10 * turn + n, 0) for n in range(40)]
+            batch += [("B", f"{turn}-{n}", "B", n, 8, 10 * turn + n, 0) for n in range(30)]
+        batch.append(("A", "x", "Elsewhere", 1, 9, 1, 0))
+        batch.append(("A", "x", "A", 1, 7, 2, 0))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        folderA = self.successResultOf(store.destinationMap("job", "A"))
+        folderB = self.successResultOf(store.destinationMap("job", "B"))
+        self.assertEqual((len(folderA), len(folderB)), (161, 120))
+        self.assertEqual(folderA["3-39"], MessageOutcome("A", "3-39", "A", 39, 7, 69))
+        self.assertEqual(folderB["2-0"], MessageOutcome("B", "2-0", "B", 0, 8, 20))
+        self.assertEqual(folderA["x"], MessageOutcome("A", "x", "A", 1, 7, 2))
+
     def test_batchAllOrNothing(self) -> None:
         """
         A batch that cannot be recorded whole (a UID beyond a 64-bit

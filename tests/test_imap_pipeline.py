@@ -110,6 +110,34 @@ class HelperTests(SynchronousTestCase):
     The pure helpers of the pipeline module.
     """
 
+    def test_plainLiterals(self) -> None:
+        """
+        L{imapmig.imap.pipeline._plainLiterals} writes the non-synchronizing
+        literals from C{start} on, a bytearray body as a view of it (no
+        copy), and stops at the first binary, synchronizing or large one,
+        returning its index.
+        """
+        from imapmig.imap.pipeline import STREAM_THRESHOLD, _plainLiterals
+
+        converted = bytearray(b"b\r\n")
+        messages = [
+            OutgoingMessage(b"skipped", b" ()", None),
+            OutgoingMessage(b"a", b" (\\Seen)", None),
+            OutgoingMessage(converted, b" ()", None),
+            OutgoingMessage(b"c", b" ()", None, binary=True),
+            OutgoingMessage(b"d", b" ()", None),
+        ]
+        out: list[object] = []
+        self.assertEqual(_plainLiterals(messages, 1, 100, out), 3)  # type: ignore[arg-type]
+        self.assertEqual(out[:3], [b" (\\Seen) {1+}\r\n", b"a", b" () {3+}\r\n"])
+        view = out[3]
+        assert isinstance(view, memoryview)
+        self.assertIs(view.obj, converted)
+        self.assertEqual(_plainLiterals(messages, 4, 100, []), 5)
+        self.assertEqual(_plainLiterals(messages, 4, 0, []), 4)
+        large = [OutgoingMessage(b"x" * (STREAM_THRESHOLD + 1), b" ()", None)]
+        self.assertEqual(_plainLiterals(large, 0, 1 << 40, []), 0)
+
     def test_chooseLiteralMode(self) -> None:
         """
         LITERAL+ wins over LITERAL-, and neither means synchronizing.

@@ -79,6 +79,37 @@ class NextBatchTests(SynchronousTestCase):
         assert second is not None
         self.assertEqual([m.mailbox for m in second[0]], [b'"B"'])
 
+    def test_mailboxBackAgain(self) -> None:
+        """
+        A batch stops at the first message of another mailbox, even when
+        the queue goes back to the batch's mailbox within a batch's reach.
+        """
+        queue = SendQueue(settings(batchMessages=5))
+        queue.add(messages(1, 1), b'"A"')
+        queue.add(messages(1), b'"B"')
+        queue.add(messages(1, 1), b'"A"')
+        batches = [queue.next(0, 0) for _ in range(3)]
+        self.assertEqual(
+            [[m.mailbox for m in batch[0]] for batch in batches if batch is not None],
+            [[b'"A"', b'"A"'], [b'"B"'], [b'"A"', b'"A"']],
+        )
+        self.assertTrue(queue.empty)
+
+    def test_takenNotHeld(self) -> None:
+        """
+        The messages taken are no longer held by the queue, once it is all
+        taken or more are added.
+        """
+        queue = SendQueue(settings(batchMessages=2))
+        queue.add(messages(1, 1, 1), b'"A"')
+        taken = queue.next(0, 0)
+        assert taken is not None
+        queue.add(messages(1), b'"A"')
+        self.assertEqual(len(queue.unsettled()), 2)
+        self.assertFalse(any(m in taken[0] for m in queue._queue))
+        queue.next(0, 0)
+        self.assertEqual(queue._queue, [])
+
     def test_window(self) -> None:
         """
         With messages in flight, a batch fits in what the window has left;

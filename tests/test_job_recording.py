@@ -109,6 +109,52 @@ class PipelineOutcomesTests(SynchronousTestCase):
         self.assertEqual([[m.messageKey for m in e.messages] for e in entries], [["c", "d"]])
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_oneUnitReply(self) -> None:
+        """
+        A tagged reply whose messages are all of one unit, none with a
+        note (the common case, recorded without a step per message):
+        each is recorded with its own key, size, UID and conversion, the
+        counters and the UID floor follow, and the entry is settled with
+        its last outcome.
+        """
+        ticket = journaled(self.recorder, self, "a", "b", "c")
+        target = Target("F", "Box", ticket)
+        messages = [
+            outgoing(target, "a", b"0123456789"),
+            outgoing(target, "b", b"01234567890"),
+        ]
+
+        self.outcomes.messagesAppended(messages, 7, [30, 29])
+
+        self.assertEqual(ticket.remaining, 1)
+        self.assertEqual((self.progress.bytesSent, self.progress.bytesDone), (21, 20))
+        self.assertEqual(self.progress.lineEndingsConverted, 1)
+        self.assertEqual(self.progress.messagesWithNotes, 0)
+        self.assertEqual(self.floors, {"Box": 31})
+        self.outcomes.messagesAppended([outgoing(target, "c", b"0123456789")], None, None)
+        self.assertEqual(ticket.remaining, 0)
+        self.assertEqual(self.recorder.appended, 3)
+
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(
+            self.successResultOf(self.store.destinationMap(JOB, "F")),
+            {
+                "a": MessageOutcome("F", "a", "Box", 10, 7, 30),
+                "b": MessageOutcome("F", "b", "Box", 11, 7, 29, lineEndingsConverted=True),
+                "c": MessageOutcome("F", "c", "Box", 10),
+            },
+        )
+        self.assertEqual(self.successResultOf(self.store.journal(JOB)), [])
+
+    def test_emptyCommand(self) -> None:
+        """
+        The reply to a command left with no message (its one message was
+        abandoned half sent) records nothing.
+        """
+        self.outcomes.messagesAppended([], None, None)
+        self.assertEqual(self.recorder.appended, 0)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_orderKept(self) -> None:
         """
         Outcomes added one by one (a refusal) and a reply's worth at once

@@ -5,6 +5,8 @@ into units and chunks and shared between connections.
 
 from __future__ import annotations
 
+import random
+
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job.units import (
@@ -43,6 +45,36 @@ class WorkTests(SynchronousTestCase):
         """
         self.assertEqual([len(c) for c in chunks(messages(1, 1, 1, 1, 1), 2, 100)], [2, 2, 1])
         self.assertEqual([len(c) for c in chunks(messages(5, 5, 50, 1), 10, 10)], [2, 1, 1])
+
+    def test_chunksAsStepByStep(self) -> None:
+        """
+        The chunks are those of a walk adding one message at a time (a
+        chunk ends at C{chunkMessages}, or with the message that brings it
+        to C{chunkBytes}), for sizes of every kind, zero among them.
+        """
+
+        def walked(sizes: list[int], most: int, octets: int) -> list[int]:
+            lengths, start = [], 0
+            while start < len(sizes):
+                end, total = start, 0
+                while end < len(sizes) and end - start < most:
+                    total += sizes[end]
+                    end += 1
+                    if total >= octets:
+                        break
+                lengths.append(end - start)
+                start = end
+            return lengths
+
+        generator = random.Random(31)
+        for _ in range(300):
+            sizes = [generator.choice((0, 1, 7, 100, 5000)) for _ in range(generator.randrange(40))]
+            most, octets = generator.randrange(1, 9), generator.randrange(-1, 12000)
+            self.assertEqual(
+                [len(c) for c in chunks(messages(*sizes), most, octets)],
+                walked(sizes, most, octets),
+                (sizes, most, octets),
+            )
 
     def test_cutUnits(self) -> None:
         """

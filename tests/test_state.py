@@ -26,6 +26,7 @@ from imapmig.state import (
     MessageOutcome,
     OutcomeCounts,
 )
+from imapmig.state._sqloutcomes import _stretches
 from imapmig.state.sqlite import SCHEMA_VERSION, SQLiteStateStore
 
 
@@ -583,4 +584,34 @@ class SQLiteStateStoreTests(SynchronousTestCase):
                 "failure",
                 "updated_at",
             ],
+        )
+
+
+class AppendedStretchesTests(SynchronousTestCase):
+    """
+    How the SQLite store groups a batch's L{AppendedOutcome}s into
+    statements (L{imapmig.state._sqloutcomes._stretches}).
+    """
+
+    def test_foldersJoined(self) -> None:
+        """
+        The stretches of one folder, mailbox and UIDVALIDITY alternating
+        with another's (two connections' replies) are joined, in order.
+        """
+        a = [("A", str(n), "A", 1, 7, n, 0) for n in range(6)]
+        b = [("B", str(n), "B", 1, 8, n, 0) for n in range(4)]
+        stretches = _stretches(a[:3] + b[:2] + a[3:] + b[2:])
+        self.assertEqual(stretches, [(("A", "A", 7), a), (("B", "B", 8), b)])
+
+    def test_repeatedMessageKeepsOrder(self) -> None:
+        """
+        A message twice in the batch keeps the stretches as they come, so
+        its later outcome is written last.
+        """
+        first = ("A", "x", "A", 1, 7, 1, 0)
+        other = ("A", "x", "B", 1, 8, 2, 0)
+        last = ("A", "x", "A", 1, 7, 3, 0)
+        self.assertEqual(
+            _stretches([first, other, last]),
+            [(("A", "A", 7), [first]), (("A", "B", 8), [other]), (("A", "A", 7), [last])],
         )

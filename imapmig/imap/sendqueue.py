@@ -11,7 +11,9 @@ pipeline writes and reads, this decides what goes next.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate
 from typing import Iterable
 
 from imapmig.imap.outgoing import (
@@ -21,14 +23,12 @@ from imapmig.imap.outgoing import (
     PipelineSettings,
 )
 
+
 def _sizeOf(batch: list[OutgoingMessage]) -> int:
     """
     The octets of the bodies of C{batch}.
     """
-    size = 0
-    for message in batch:
-        size += len(message.body)
-    return size
+    return sum([len(message.body) for message in batch])
 
 
 class SendQueue:
@@ -39,12 +39,18 @@ class SendQueue:
     literal, or one a "not now" left unsettled), then the queue, in
     batches of one mailbox within the window.
 
+    The queue is a list read from its head (L{_head}), cut back as
+    messages are added: a batch is taken as one slice, its octets summed
+    and its cut found by a comprehension, C{accumulate} and C{bisect}, with
+    no statement per message.
+
     @ivar queuedBytes: the octets of the queue.
     """
 
     __slots__ = (
         "_settings",
         "_queue",
+        "_head",
         "_retry",
         "queuedBytes",
         "_lowWaterMessages",
@@ -59,7 +65,8 @@ class SendQueue:
             mode.
         """
         self._settings = settings
-        self._queue: deque[OutgoingMessage] = deque()
+        self._queue: list[OutgoingMessage] = []
+        self._head = 0
         self._retry: deque[list[OutgoingMessage]] = deque()
         self.queuedBytes = 0
         self._lowWaterMessages = 2 * settings.batchMessages
@@ -72,7 +79,7 @@ class SendQueue:
         """
         Whether nothing is queued or waiting to be sent again.
         """
-        return not (self._queue or self._retry)
+        return self._head == len(self._queue) and not self._retry
 
     @property
     def hungry(self) -> bool:
@@ -80,7 +87,7 @@ class SendQueue:
         Whether fewer messages are queued than keep full batches going.
         """
         return (
-            len(self._queue) < self._lowWaterMessages
+            len(self._queue) - self._head < self._lowWaterMessages
             and self.queuedBytes < self._lowWaterBytes
         )
 
@@ -89,10 +96,15 @@ class SendQueue:
         Queue C{messages} for C{mailbox} (encoded), after the others.
         """
         queue = self._queue
+        if self._head:
+            del queue[: self._head]
+            self._head = 0
+        start = len(queue)
+        queue.extend(messages)
+        added = queue[start:]
         size = 0
-        for message in messages:
+        for message in added:
             message.mailbox = mailbox
-            queue.append(message)
             size += len(message.body)
         self.queuedBytes += size
 
@@ -118,7 +130,7 @@ class SendQueue:
         result: list[OutgoingMessage] = []
         for batch in self._retry:
             result.extend(batch)
-        result.extend(self._queue)
+        result.extend(self._queue[self._head :])
         return result
 
     def next(
@@ -131,7 +143,7 @@ class SendQueue:
         """
         if self._retry:
             return self._nextRetry(messagesInFlight, bytesInFlight)
-        if not self._queue:
+        if self._head == len(self._queue):
             return None
         return self._nextQueued(messagesInFlight, bytesInFlight)
 
@@ -174,22 +186,33 @@ class SendQueue:
         due is held, first in line, until every reply due has arrived.
         """
         settings = self._settings
-        queue = self._queue
+        queue, head = self._queue, self._head
         limit = min(settings.batchMessages, settings.windowMessages - messagesInFlight)
-        limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
-        mailbox = queue[0].mailbox
-        batch: list[OutgoingMessage] = []
-        size = 0
-        while queue and len(batch) < limit:
-            first = queue[0]
-            n = len(first.body)
-            if (size + n > limitBytes and (batch or messagesInFlight)) or first.mailbox != mailbox:
-                break
-            batch.append(queue.popleft())
-            size += n
-        self.queuedBytes -= size
-        if not batch:
+        if limit <= 0:
             return None
+        batch = queue[head : head + limit]
+        mailbox = batch[0].mailbox
+        if [message.mailbox for message in batch].count(mailbox) != len(batch):
+            batch = batch[: _sameMailbox(batch, mailbox)]
+        # The most octets taken: a first message above them goes alone,
+        # when nothing is in flight.
+        limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
+        sizes = list(accumulate([len(message.body) for message in batch]))
+        if sizes[-1] > limitBytes:
+            cut = bisect_right(sizes, limitBytes)
+            if not cut:
+                if messagesInFlight:
+                    return None
+                cut = 1
+            del batch[cut:]
+        size = sizes[len(batch) - 1]
+        head += len(batch)
+        if head == len(queue):
+            # Nothing sent is held here once the queue is all taken.
+            queue.clear()
+            head = 0
+        self._head = head
+        self.queuedBytes -= size
         if messagesInFlight and self._holdsSyncLiteral(batch):
             self._retry.appendleft(batch)
             return None
@@ -202,3 +225,13 @@ class SendQueue:
         return self._sync or (
             self._minus and any(len(m.body) > LITERAL_MINUS_LIMIT for m in batch)
         )
+
+
+def _sameMailbox(batch: list[OutgoingMessage], mailbox: bytes) -> int:
+    """
+    How many messages lead C{batch} for C{mailbox}.
+    """
+    for index, message in enumerate(batch):
+        if message.mailbox != mailbox:
+            return index
+    return len(batch)

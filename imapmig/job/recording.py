@@ -23,6 +23,7 @@ nothing more is recorded).
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -414,11 +415,48 @@ class PipelineOutcomes:
         uidValidity: int | None,
         uids: Sequence[int] | None,
     ) -> None:
+        if not messages:
+            # A command whose one message was abandoned half sent.
+            return
+        if uids:
+            top = max(uids) + 1
+            mailbox = messages[-1].target.mailbox  # type: ignore[attr-defined]
+            if top > self.uidFloors.get(mailbox, 0):
+                self.uidFloors[mailbox] = top
+        # Nearly always: the messages of one unit, none with a note, told
+        # and recorded by comprehensions.  (Not by map over attrgetters:
+        # on Python 3.11 a comprehension's specialized attribute reads cost
+        # a third of attrgetter's generic lookups, callgrind counted.)
+        sent: Sequence[SentMessage] = messages  # type: ignore[assignment]
+        target = sent[0].target
+        if not [m for m in sent if m.target is not target or m.note is not None]:
+            folderKey, mailbox = target.folderKey, target.mailbox
+            rows = [
+                (folderKey, m.source.key, mailbox, len(m.body), uidValidity, uid, m.converted)
+                for m, uid in zip(sent, repeat(None) if uids is None else uids)
+            ]
+            self.recorder.addAppended(
+                rows,
+                target.ticket,
+                sum([row[3] for row in rows]),
+                sum([row[6] for row in rows]),
+                sum([m.source.size for m in sent]),
+            )
+            return
+        self._mixed(messages, uidValidity, uids)
+
+    def _mixed(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
+    ) -> None:
+        """
+        L{messagesAppended} of messages of two units (two journal entries),
+        or with notes: each run of one unit is handed over as it ends (or
+        before a message with a note), so that outcomes keep their order.
+        """
         recorder = self.recorder
-        # Messages of one command go to one mailbox, but may be of two
-        # units (two journal entries): each run of one unit is handed over
-        # as it ends (or before a message with a note), so that outcomes
-        # keep their order.
         rows: list[AppendedOutcome] = []
         octets = converted = listed = 0
         target: Target | None = None
@@ -462,10 +500,6 @@ class PipelineOutcomes:
             listed += source.size
             converted += sent.converted
         handOver()
-        if target is not None and uids:
-            top = max(uids) + 1
-            if top > self.uidFloors.get(target.mailbox, 0):
-                self.uidFloors[target.mailbox] = top
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
         sent: SentMessage = message  # type: ignore[assignment]

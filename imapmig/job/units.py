@@ -9,6 +9,8 @@ and the commands above it use them.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
 from typing import Collection, Iterator, Sequence
 
 from attrs import frozen
@@ -120,17 +122,21 @@ def chunks(
 ) -> Iterator[Sequence[SourceMessage]]:
     """
     Cut C{messages} into read chunks of at most C{chunkMessages} messages
-    and about C{chunkBytes} octets (at least one message each).
+    and about C{chunkBytes} octets (at least one message each): a chunk
+    ends with the message that brings it to C{chunkBytes} or more.
+
+    Each cut is found on the running sums of the sizes (C{accumulate},
+    C{bisect} on a comprehension's sizes), not by a step per message: a job cuts
+    every message into units, counts them, and cuts each unit into
+    read steps.
     """
-    start = 0
     count = len(messages)
+    sums = list(accumulate([message.size for message in messages]))
+    start = 0
+    before = 0
     while start < count:
-        end = start
-        size = 0
-        while end < count and end - start < chunkMessages:
-            size += messages[end].size
-            end += 1
-            if size >= chunkBytes:
-                break
+        limit = min(count, start + chunkMessages)
+        end = min(bisect_left(sums, before + chunkBytes, start, limit) + 1, limit)
         yield messages[start:end]
+        before = sums[end - 1]
         start = end

@@ -14,6 +14,8 @@ lines; the reads of PostgreSQL's C{_pgoutcomes.py} are merged into it.
 from __future__ import annotations
 
 import sqlite3
+from itertools import chain, groupby
+from operator import itemgetter
 from typing import Any, Sequence
 
 from twisted.internet.defer import Deferred, fail
@@ -54,27 +56,34 @@ _UPSERT_PLAIN = _UPSERT_TEMPLATE.format(
 _UPSERT_APPENDED = "appended"
 _APPENDED_ROWS = 64
 _appendedStatements: dict[int, str] = {}
+# What an AppendedOutcome binds per row: its message key, size, UID and
+# conversion; its folder key, mailbox and UIDVALIDITY are the run's.
+_perRow = itemgetter(1, 3, 5, 6)
+_perRun = itemgetter(0, 2, 4)
+_messageOf = itemgetter(0, 1)
 
 
 def _upsertAppended(rows: int) -> str:
     """
-    The upsert of C{rows} L{AppendedOutcome}s in one statement: parameter
-    1 is the job, 2 the time, then each outcome's seven fields in turn (so
-    the job and the time are bound once, not once per row).  SQLite
-    inserts the rows in order: a later row of the same message wins.
+    The upsert of C{rows} L{AppendedOutcome}s of one folder, mailbox and
+    UIDVALIDITY in one statement: parameter 1 is the job, 2 the time, 3
+    the folder key, 4 the mailbox, 5 the UIDVALIDITY, then each outcome's
+    message key, size, UID and conversion in turn (L{_perRow}), so that
+    what a run shares is bound once, not once per row.  SQLite inserts
+    the rows in order: a later row of the same message wins.
     """
     statement = _appendedStatements.get(rows)
     if statement is None:
         values = ", ".join(
-            "(?1, {}, NULL, NULL, 0, ?{}, ?2, NULL, NULL, NULL, NULL)".format(
-                ", ".join(f"?{3 + 7 * row + column}" for column in range(6)), 9 + 7 * row
-            )
+            f"(?1, ?3, ?{6 + 4 * row}, ?4, ?{7 + 4 * row}, ?5, ?{8 + 4 * row},"
+            f" NULL, NULL, 0, ?{9 + 4 * row}, ?2, NULL, NULL, NULL, NULL)"
             for row in range(rows)
         )
         statement = _appendedStatements[rows] = _UPSERT_TEMPLATE.replace(
             "({values})", values
         )
     return statement
+
 
 _NAME = """
     UPDATE messages SET message_id = ?, message_date = ?, message_from = ?, message_subject = ?
@@ -319,33 +328,35 @@ class SQLiteOutcomeJournal(OutcomeJournal, SQLiteBase):
 
 def _runs(
     job: str, outcomes: Sequence[MessageOutcome | AppendedOutcome], now: float
-) -> list[tuple[str, list[tuple[object, ...]]]]:
+) -> list[tuple[str, Sequence[tuple[object, ...]]]]:
     """
     The rows of C{outcomes} for C{job} at C{now}, in runs of one statement
     each.
 
-    Consecutive outcomes of one kind are one executemany, and the runs
-    keep the order of the outcomes (a later outcome of the same message
-    wins).  An AppendedOutcome (nearly all of them) goes through
-    _UPSERT_APPENDED, whose NULLs and 0 are in the SQL: the sqlite3 module
-    binds a None parameter through its adapter protocol, two failed
-    attribute lookups each.  So does a MessageOutcome with neither a
-    failure nor a note, through _UPSERT_PLAIN.
+    Consecutive outcomes of one kind are one run, and the runs keep the
+    order of the outcomes (a later outcome of the same message wins).  An
+    AppendedOutcome (nearly all of them) goes through _UPSERT_APPENDED,
+    whose NULLs and 0 are in the SQL: the sqlite3 module binds a None
+    parameter through its adapter protocol, two failed attribute lookups
+    each.  So does a MessageOutcome with neither a failure nor a note,
+    through _UPSERT_PLAIN.  The runs are found by C{groupby} (in C, no
+    bytecode per outcome): a run of AppendedOutcomes is handed over as
+    it is.
     """
-    runs: list[tuple[str, list[tuple[object, ...]]]] = []
-    statement = ""
-    rows: list[tuple[object, ...]] = []
-    row: tuple[object, ...]
-    for outcome in outcomes:
-        if type(outcome) is tuple:
-            wanted, row = _UPSERT_APPENDED, outcome
-        else:
+    runs: list[tuple[str, Sequence[tuple[object, ...]]]] = []
+    for kind, run in groupby(outcomes, type):
+        if kind is tuple:
+            runs.append((_UPSERT_APPENDED, list(run)))  # type: ignore[arg-type]
+            continue
+        statement = ""
+        rows: list[tuple[object, ...]] = []
+        for outcome in run:
             assert isinstance(outcome, MessageOutcome)
             wanted, row = _outcomeRow(job, outcome, now)
-        if statement is not wanted:
-            statement, rows = wanted, []
-            runs.append((statement, rows))
-        rows.append(row)
+            if statement is not wanted:
+                statement, rows = wanted, []
+                runs.append((statement, rows))
+            rows.append(row)
     return runs
 
 
@@ -379,22 +390,47 @@ def _writeAppended(
     connection: sqlite3.Connection, job: str, now: float, outcomes: Sequence[tuple[object, ...]]
 ) -> None:
     """
-    Upsert a run of L{AppendedOutcome}s for C{job} at C{now}, in order, in
-    statements of L{_APPENDED_ROWS} rows, then of halves of that for the
-    rest (a few statements, each compiled once per process).
+    Upsert a run of L{AppendedOutcome}s for C{job} at C{now}, in order:
+    each stretch of one folder, mailbox and UIDVALIDITY in statements of
+    L{_APPENDED_ROWS} rows, then of halves of that for the rest (a few
+    statements, each compiled once per process).  The stretches of a
+    folder are written together (L{_stretches}).
     """
-    start = 0
-    count = len(outcomes)
-    rows = _APPENDED_ROWS
-    while start < count:
-        while rows > count - start:
-            rows //= 2
-        end = start + rows
-        parameters: list[object] = [job, now]
-        for outcome in outcomes[start:end]:
-            parameters.extend(outcome)
-        connection.execute(_upsertAppended(rows), parameters)
-        start = end
+    for shared, rows in _stretches(outcomes):
+        start = 0
+        count = len(rows)
+        size = _APPENDED_ROWS
+        while start < count:
+            while size > count - start:
+                size //= 2
+            end = start + size
+            parameters: list[object] = [job, now, *shared]
+            parameters.extend(chain.from_iterable(map(_perRow, rows[start:end])))
+            connection.execute(_upsertAppended(size), parameters)
+            start = end
+
+
+def _stretches(
+    outcomes: Sequence[tuple[object, ...]],
+) -> list[tuple[tuple[object, ...], list[tuple[object, ...]]]]:
+    """
+    C{outcomes} (L{AppendedOutcome}s) in stretches of one folder, mailbox
+    and UIDVALIDITY (L{_perRun}), each with what it shares: a job's
+    connections append into different folders at once, so a batch
+    alternates between them a tagged reply at a time, and each stretch
+    alone would be cut into several short statements.  So the stretches
+    of one folder, mailbox and UIDVALIDITY are joined, in their order,
+    unless a message is in the batch twice: then the stretches stay as
+    they come, so that its later outcome is written last.
+    """
+    stretches = [(shared, list(rows)) for shared, rows in groupby(outcomes, _perRun)]
+    if len(stretches) > 1:
+        joined: dict[tuple[object, ...], list[tuple[object, ...]]] = {}
+        for shared, rows in stretches:
+            joined.setdefault(shared, []).extend(rows)
+        if len(joined) < len(stretches) and len(set(map(_messageOf, outcomes))) == len(outcomes):
+            return list(joined.items())
+    return stretches
 
 
 def _nameless(outcome: MessageOutcome) -> bool:
