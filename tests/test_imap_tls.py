@@ -47,7 +47,9 @@ from imapmig.errors import (
 )
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.opening import openSession
+from imapmig.imap import tls
 from imapmig.imap.tls import (
+    SEND_CHUNK,
     HandshakeClosed,
     TLSReceiver,
     WatchedClientTLS,
@@ -669,6 +671,31 @@ class SenderTests(_TLSPairCase):
         self.assertGreater(len(writes[0]), 100000)
         pump.flush()
         self.assertEqual(received.received, b"A1 APPEND INBOX {100000+}\r\n" + body + b"\r\n")
+
+    def test_largeWriteChunked(self) -> None:
+        """
+        The records of a message of several megabytes leave OpenSSL's
+        memory BIO in writes of at most L{SEND_CHUNK} octets, so the buffer
+        shared by every connection never grows to the message's size; the
+        server reads every octet in order.
+        """
+        client, received, pump, clock = self._connected()
+        transport: Any = client.transport
+        writes: list[int] = []
+        write = transport.write
+
+        def recordingWrite(data: bytes) -> None:
+            writes.append(len(data))
+            write(data)
+
+        transport.write = recordingWrite
+        body = bytes(range(256)) * (3 * 2**20 // 256)
+        client.writeSequence([b"A1 APPEND INBOX {3145728+}\r\n", body, b"\r\n"])
+        self.assertGreaterEqual(len(writes), 3)
+        self.assertLessEqual(max(writes), SEND_CHUNK)
+        self.assertLessEqual(len(tls._SENDING.buffer), SEND_CHUNK)
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {3145728+}\r\n" + body + b"\r\n")
 
     def test_beforeHandshake(self) -> None:
         """

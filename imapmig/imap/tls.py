@@ -98,6 +98,14 @@ What L{TLSSender.flush} reads the records into: about what one of the
 pipeline's writes makes (its C{WRITE_GATHER}, and the records' overhead).
 """
 
+SEND_CHUNK = 2**20
+"""
+The most L{TLSSender.flush} reads from OpenSSL's memory BIO at a time: a
+message of many megabytes leaves in chunks of this size, so the shared
+buffer never grows past it (or past L{_SENDING}'s first size) for the
+life of the process.
+"""
+
 _RECEIVING = _Scratch(2**16)
 """
 What L{TLSReceiver} reads plaintext into: the most one read of Twisted's
@@ -280,6 +288,7 @@ class TLSSender:
         bio = connection._from_ssl
         pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
         while pending > 0:
+            pending = min(pending, SEND_CHUNK)
             _SENDING.reserve(pending)
             got = _lib.BIO_read(bio, _SENDING.pointer, pending)
             if got <= 0:
