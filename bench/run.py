@@ -886,7 +886,11 @@ def makePlan(args: argparse.Namespace) -> list[Job]:
     plan: list[Job] = []
 
     def chosen(defaults: Sequence[str]) -> tuple[str, ...]:
-        return tuple(args.clients) if args.clients else tuple(defaults)
+        # A server-to-server client needs a source account: only the s2s
+        # and tls parts have one.
+        if args.clients:
+            return tuple(c for c in args.clients if c not in S2S_CLIENTS)
+        return tuple(defaults)
 
     if "main" in args.parts:
         for rtt in args.rtt:

@@ -1048,6 +1048,21 @@ class TLSPartTests(SynchronousTestCase):
         with self.assertRaises(SystemExit):
             parseArguments(["--tls", "ssl"])
 
+    def test_planWithServerToServerClients(self) -> None:
+        """
+        C{--clients} naming the server-to-server clients beside the Maildir
+        ones gives each part its own: the main part none of those that need
+        a source account (a run of all four parts in one command stopped
+        there), the s2s and tls parts theirs.
+        """
+        plan = makePlan(parseArguments([
+            "--parts", "main,s2s,tls", "--rtt", "0", "--store", "tmpfs", "--corpus", "realistic",
+            "--clients", "imapmig,raw-multi50-2,imapmig-s2s,dsync,raw-s2s"]))  # fmt: skip
+        byPart = {j.setting.part: j.clients for j in plan}
+        self.assertEqual(byPart["main"], ("imapmig", "raw-multi50-2"))
+        self.assertEqual(byPart["s2s"], ("imapmig-s2s", "dsync", "raw-s2s"))
+        self.assertEqual(byPart["tls"], ("imapmig", "raw-multi50-2", "imapmig-s2s", "dsync"))
+
     def invocation(self, tls: str) -> Invocation:
         runDir = self.mktemp()
         os.makedirs(runDir)
