@@ -185,7 +185,9 @@ Options:
                     smallest is the reference of the targets)
   --bigaccount-layouts LIST
                     spread (twenty folders, power-law sizes), one (INBOX
-                    only), comma-separated (default spread,one)
+                    only), the same from an IMAP account (spread-imap,
+                    one-imap: against dsync), comma-separated (default
+                    all four)
   --results DIR     where to write (default bench/results; with --quick
                     bench/work/quick-results, so a smoke run leaves the
                     real table alone)
@@ -774,7 +776,7 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--delta-messages", type=int, default=100_000)
     parser.add_argument("--bigaccount", action="store_true")
     parser.add_argument("--bigaccount-sizes", type=_split, default=["5000", "500000"])
-    parser.add_argument("--bigaccount-layouts", type=_split, default=["spread", "one"])
+    parser.add_argument("--bigaccount-layouts", type=_split, default=["spread", "one", "spread-imap", "one-imap"])
     parser.add_argument("--results", default=None)
     parser.add_argument("--workdir", default=os.path.join(BENCH_DIR, "work"))
     parser.add_argument("--timeout", type=float, default=900.0)

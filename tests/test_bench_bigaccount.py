@@ -104,11 +104,13 @@ class BigRowTests(SynchronousTestCase):
     def test_options(self) -> None:
         """
         The sizes and layouts are options; the defaults are 5,000 and
-        500,000 messages, spread and in one folder.
+        500,000 messages, spread and in one folder, each from a Maildir
+        and from IMAP.
         """
         args = parseArguments(["--bigaccount", "--bigaccount-sizes", "5000,50000"])
         self.assertEqual(args.bigaccount_sizes, ["5000", "50000"])
-        self.assertEqual(parseArguments(["--bigaccount"]).bigaccount_layouts, ["spread", "one"])
+        self.assertEqual(parseArguments(["--bigaccount"]).bigaccount_layouts,
+                         ["spread", "one", "spread-imap", "one-imap"])  # fmt: skip
 
 
 class SourceRowTests(SynchronousTestCase):
