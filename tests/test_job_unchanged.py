@@ -304,15 +304,7 @@ class UnchangedIMAPFolderTests(SynchronousTestCase):
         """
         account = GmailAccount(self)
         _populate(account)
-        store = account.harness.store
-        asked: list[list[str]] = []
-        read = store.destinationMaps
-
-        def destinationMaps(job: str, keys: Sequence[str]) -> Deferred[Any]:
-            asked.append(sorted(keys))
-            return read(job, keys)
-
-        self.patch(store, "destinationMaps", destinationMaps)
+        asked = self.recordedReads(account)
         self.assertTrue(account.harness.run(account.job(account.source("copy"))))
         progress = account.harness.progress
         totals = (progress.messagesTotal, progress.bytesTotal)
@@ -329,12 +321,11 @@ class UnchangedIMAPFolderTests(SynchronousTestCase):
         self.assertEqual(progress.messagesTotal, 16)
         account.harness.finish()
 
-    def plannedAgain(self, account: GmailAccount, change: Callable[[], None]) -> list[list[str]]:
+    def recordedReads(self, account: GmailAccount) -> list[list[str]]:
         """
-        Run a job over C{account} (populated) twice, C{change} between the
-        runs; the folders whose records the second run read.
+        The folders whose records each read of C{account}'s state store asks
+        for, sorted, one list per read, as the runs go.
         """
-        _populate(account)
         store = account.harness.store
         asked: list[list[str]] = []
         read = store.destinationMaps
@@ -344,6 +335,15 @@ class UnchangedIMAPFolderTests(SynchronousTestCase):
             return read(job, keys)
 
         self.patch(store, "destinationMaps", destinationMaps)
+        return asked
+
+    def plannedAgain(self, account: GmailAccount, change: Callable[[], None]) -> list[list[str]]:
+        """
+        Run a job over C{account} (populated) twice, C{change} between the
+        runs; the folders whose records the second run read.
+        """
+        _populate(account)
+        asked = self.recordedReads(account)
         self.assertTrue(account.harness.run(account.job(account.source("copy"))))
         change()
         del asked[:]
