@@ -233,7 +233,7 @@ class ValidConfigTests(ConfigTestCase):
             endpoint="tcp:mail.example.org:143",
             starttls=True,
             implicitTLS=False,
-            tcpEndpoint="tcp:mail.example.org:143",
+            tcpEndpoint="tcp:mail.example.org:143:timeout=120",
             tlsHostname="mail.example.org",
             tlsCA=None,
             timeout=120.0,
@@ -371,7 +371,8 @@ class ValidConfigTests(ConfigTestCase):
         A C{tls:} endpoint means implicit TLS without STARTTLS; its TCP
         form is the same string with a C{tcp:} prefix, and the host it names
         (written positionally or as C{host=}, with C{\\:} escapes) is the
-        default TLS hostname.
+        default TLS hostname; the TCP form gets the server's C{timeout} as
+        its connect timeout unless it sets its own (not Twisted's 30 s).
         """
         document = self.document()
         document["servers"] = {
@@ -389,7 +390,7 @@ class ValidConfigTests(ConfigTestCase):
                 endpoint="tls:imap.example.com:993",
                 starttls=False,
                 implicitTLS=True,
-                tcpEndpoint="tcp:imap.example.com:993",
+                tcpEndpoint="tcp:imap.example.com:993:timeout=120",
                 tlsHostname="imap.example.com",
                 tlsCA=None,
                 timeout=120.0,
@@ -401,6 +402,7 @@ class ValidConfigTests(ConfigTestCase):
             (False, True, "tcp:host=\\:\\:1:993:timeout=5", "::1"),
         )
         self.assertEqual(c.tlsHostname, "10.0.0.1")
+        self.assertEqual(c.tcpEndpoint, "tcp:port=993:host=10.0.0.1:bindAddress=10.0.0.2:timeout=120")
 
     def test_tlsSettings(self) -> None:
         """

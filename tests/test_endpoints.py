@@ -6,6 +6,8 @@ tests check the same through whole files, in L{tests.test_config}).
 
 from __future__ import annotations
 
+from twisted.internet.protocol import Factory, Protocol
+from twisted.internet.testing import MemoryReactorClock
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.config.endpoints import (
@@ -14,6 +16,8 @@ from imapmig.config.endpoints import (
     _serverEndpointProblem,
     isLoopbackHost,
 )
+from imapmig.config.model import ServerConfig
+from imapmig.daemon.service import serverEndpoint
 
 
 class ClientEndpointTests(SynchronousTestCase):
@@ -34,6 +38,30 @@ class ClientEndpointTests(SynchronousTestCase):
                 host="imap.example.com",
             ),
         )
+
+    def test_connectTimeout(self) -> None:
+        """
+        A server's TCP endpoint connects within the server's C{timeout}
+        where the string sets no C{timeout=} of its own (Twisted's default
+        is 30 s: a reactor held longer than that by a big local listing
+        lost a connection the kernel had made, reported as the server's
+        timeout); one that sets it keeps it; a C{timeout} of 0 leaves
+        Twisted's. The reactor's C{connectTCP} gets it.
+        """
+        plain = _parseClientEndpoint("tls:imap.example.com:993")
+        own = _parseClientEndpoint("tcp:imap.example.com:143:timeout=5")
+        assert isinstance(plain, _ClientEndpoint) and isinstance(own, _ClientEndpoint)
+        self.assertEqual(plain.connectingWithin(120), "tcp:imap.example.com:993:timeout=120")
+        self.assertEqual(plain.connectingWithin(0), "tcp:imap.example.com:993")
+        self.assertEqual(own.connectingWithin(120), "tcp:imap.example.com:143:timeout=5")
+        reactor = MemoryReactorClock()
+        server = ServerConfig(name="a", endpoint=plain.written, starttls=False, implicitTLS=False,
+                              tcpEndpoint=plain.connectingWithin(120), tlsHostname=plain.host,
+                              tlsCA=None, timeout=120.0, compress=False)  # fmt: skip
+        endpoint, _ = serverEndpoint(reactor, server)
+        endpoint.connect(Factory.forProtocol(Protocol))
+        host, port, _, timeout, _ = reactor.tcpClients[0]
+        self.assertEqual((host, port, timeout), ("imap.example.com", 993, 120))
 
     def test_keywords(self) -> None:
         """

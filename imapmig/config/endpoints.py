@@ -141,6 +141,19 @@ class _ClientEndpoint:
     implicitTLS: bool
     tcpEndpoint: str
     host: str
+    connectTimeout: bool = False
+
+    def connectingWithin(self, seconds: float) -> str:
+        """
+        L{tcpEndpoint}, given a connect timeout of C{seconds} (the server's
+        C{timeout}) unless the string sets its own or C{seconds} is 0:
+        Twisted's default of 30 s would otherwise end a connection the
+        kernel made while the reactor was busy longer than that, and be
+        reported as the server's C{timeout}.
+        """
+        if self.connectTimeout or seconds <= 0:
+            return self.tcpEndpoint
+        return f"{self.tcpEndpoint}:timeout={seconds:g}"
 
 
 def _parseClientEndpoint(description: str) -> _ClientEndpoint | str:
@@ -164,6 +177,7 @@ def _parseClientEndpoint(description: str) -> _ClientEndpoint | str:
         implicitTLS=prefix.lower() == "tls",
         tcpEndpoint="tcp:" + rest,
         host=host,
+        connectTimeout="timeout" in split[1],
     )
 
 

@@ -31,7 +31,8 @@ class ServerConfig:
         (a C{tls:} endpoint).
     @ivar tcpEndpoint: the description to give C{clientFromString}: the
         endpoint itself for C{tcp:}, rewritten to C{tcp:} for C{tls:} (TLS
-        is then layered on it with L{tlsHostname} and L{tlsCA}).
+        is then layered on it with L{tlsHostname} and L{tlsCA}), with
+        C{timeout=} L{timeout} added where it sets no connect timeout.
     @ivar tlsHostname: the name the server's certificate must carry.
     @ivar tlsCA: a PEM file of the certificates to trust, or L{None} for
         the system trust store.

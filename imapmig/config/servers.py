@@ -518,7 +518,7 @@ def _serverConfig(name: str, values: Mapping[str, Any]) -> ServerConfig:
         endpoint=endpoint.written,
         starttls=values["starttls"],
         implicitTLS=endpoint.implicitTLS,
-        tcpEndpoint=endpoint.tcpEndpoint,
+        tcpEndpoint=endpoint.connectingWithin(values["timeout"]),
         tlsHostname=values["tlsHostname"] or endpoint.host,
         tlsCA=values["tlsCA"],
         timeout=values["timeout"],
