@@ -1484,6 +1484,22 @@ class ConnectionPoolTests(SourceTestCase):
     def examines(self, start: int) -> list[bytes]:
         return [c for c in self.commandsSince(start) if c.startswith(b"EXAMINE")]
 
+    def assertThreeReadsServed(self) -> None:
+        """
+        Read INBOX, Sent and Sent's first message at once: each gets its
+        bodies once the harness is pumped.
+        """
+        calls = [
+            self.source.readBodies(self.inbox, self.inboxMessages),
+            self.source.readBodies(self.sent, self.sentMessages),
+            self.source.readBodies(self.sent, self.sentMessages[:1]),
+        ]
+        self.harness.pump()
+        self.assertEqual(
+            [self.successResultOf(d) for d in calls],
+            [[body(1), body(2)], [body(3), body(4)], [body(3)]],
+        )
+
     def test_twoWorkersTwoFolders(self) -> None:
         """
         Two workers reading two folders in turn, concurrently, each open
@@ -1525,16 +1541,7 @@ class ConnectionPoolTests(SourceTestCase):
         self.inbox, self.inboxMessages = self.listed("INBOX")
         self.sent, self.sentMessages = self.listed("Sent")
         start = len(self.account.commands)
-        calls = [
-            self.source.readBodies(self.inbox, self.inboxMessages),
-            self.source.readBodies(self.sent, self.sentMessages),
-            self.source.readBodies(self.sent, self.sentMessages[:1]),
-        ]
-        self.harness.pump()
-        self.assertEqual(
-            [self.successResultOf(d) for d in calls],
-            [[body(1), body(2)], [body(3), body(4)], [body(3)]],
-        )
+        self.assertThreeReadsServed()
         self.assertEqual(len(self.harness.opened) - before, 2)
         self.assertEqual(self.examines(start), [])
 
@@ -1589,16 +1596,7 @@ class ConnectionPoolTests(SourceTestCase):
         self.source = IMAPSource(refuseThird, "alice", connections=2)
         self.inbox, self.inboxMessages = self.listed("INBOX")
         self.sent, self.sentMessages = self.listed("Sent")
-        calls = [
-            self.source.readBodies(self.inbox, self.inboxMessages),
-            self.source.readBodies(self.sent, self.sentMessages),
-            self.source.readBodies(self.sent, self.sentMessages[:1]),
-        ]
-        self.harness.pump()
-        self.assertEqual(
-            [self.successResultOf(d) for d in calls],
-            [[body(1), body(2)], [body(3), body(4)], [body(3)]],
-        )
+        self.assertThreeReadsServed()
         self.assertEqual(len(self.harness.opened) - before, 2)
         self.assertEqual(self.source._pool._readAhead, 0)
 
