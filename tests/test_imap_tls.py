@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
+from typing import Any, Callable
 
 from OpenSSL import SSL
 from twisted.internet import reactor as globalReactor, tcp
@@ -958,28 +958,31 @@ class ReceiverTests(_TLSPairCase):
         self.assertIsNone(reads.reason)
 
 
-def _drained(connection: SSL.Connection) -> bytes:
+def _readAll(read: Callable[[int], bytes]) -> bytes:
     """
-    What an in-memory OpenSSL connection has to send.
+    What C{read} (an in-memory OpenSSL connection's C{bio_read} or C{recv})
+    gives until OpenSSL wants more input.
     """
     out = b""
     while True:
         try:
-            out += connection.bio_read(1 << 16)
+            out += read(1 << 16)
         except SSL.WantReadError:
             return out
+
+
+def _drained(connection: SSL.Connection) -> bytes:
+    """
+    What an in-memory OpenSSL connection has to send.
+    """
+    return _readAll(connection.bio_read)
 
 
 def _decrypted(connection: SSL.Connection) -> bytes:
     """
     The plaintext an in-memory OpenSSL connection can read now.
     """
-    out = b""
-    while True:
-        try:
-            out += connection.recv(1 << 16)
-        except SSL.WantReadError:
-            return out
+    return _readAll(connection.recv)
 
 
 class OtherTransportTests(SynchronousTestCase):
