@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import socket
 import ssl
 import statistics
@@ -182,6 +183,7 @@ def main(arguments: list[str]) -> None:
     finally:
         server.kill()
         server.wait()
+        shutil.rmtree(tlsDir, ignore_errors=True)
 
 
 if __name__ == "__main__":

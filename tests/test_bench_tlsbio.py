@@ -45,12 +45,14 @@ class RunTests(SynchronousTestCase):
     def test_bothWays(self) -> None:
         """
         A small run writes through both ways to the sink and prints a
-        median line for each.
+        median line for each, and leaves no certificate behind.
         """
+        temporary = os.path.abspath(self.mktemp())
+        os.makedirs(temporary)
         done = subprocess.run(
             [sys.executable, "-m", "bench.tlsbio", "20", "1"],
             cwd=_ROOT,
-            env=dict(os.environ, PYTHONPATH=_ROOT),
+            env=dict(os.environ, PYTHONPATH=_ROOT, TMPDIR=temporary),
             capture_output=True,
             timeout=120,
         )
@@ -58,3 +60,4 @@ class RunTests(SynchronousTestCase):
         lines = done.stdout.decode().splitlines()
         self.assertEqual([line.split(":")[0] for line in lines[-2:]], ["memory", "socket"])
         self.assertIn("(median of 1)", lines[-1])
+        self.assertEqual(os.listdir(temporary), [], "the certificates are left behind")
