@@ -6,7 +6,7 @@ C{bench/run.py}'s matrix: one private Dovecot on tmpfs, each client run as a
 whole process into a fresh account, once on the corpus and once on an empty
 Maildir, round after round.
 
-    .venv/bin/python -m bench.sidebyside CORPUS ROUNDS CLIENT...
+    .venv/bin/python -m bench.sidebyside [--tls MODE] CORPUS ROUNDS CLIENT...
 
 CORPUS is a directory under C{bench/work/corpus} (C{bench/corpora.py}
 builds them); a CLIENT is C{raw:N} (the raw writer, MULTIAPPEND 50 after
@@ -24,7 +24,10 @@ system, net of the empty run) and Dovecot's: what every process of the
 private Dovecot spent while the client ran (L{dovecotSeconds}: the master,
 its live children and the children it reaped, from C{/proc}), net of the
 same for the empty run; then each tree's median rate against the raw
-writer's on as many connections.  CPU seconds hardly move with the machine's load;
+writer's on as many connections.  With C{--tls implicit} or C{--tls
+starttls} every client reaches Dovecot over TLS (the imaps port, or
+STARTTLS on the plain port), its certificate verified against the private
+Dovecot's CA.  CPU seconds hardly move with the machine's load;
 on a busy machine the start-up alone moves by a second: say so with the
 rates.
 """
@@ -42,7 +45,14 @@ import tempfile
 import time
 
 from bench.clients.count import countMessages
-from bench.contenders import Invocation, _raw, buildTools, imapmigArgv, imapmigConfig
+from bench.contenders import (
+    TLS_MODES,
+    Invocation,
+    _raw,
+    buildTools,
+    imapmigArgv,
+    imapmigConfig,
+)
 from bench.servers import PASSWORD, VARIANTS, BenchServer
 
 _WORK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")
@@ -184,8 +194,23 @@ def summary(results: dict[str, list[tuple[Run, Run]]]) -> list[str]:
     return lines
 
 
+def parseArguments(arguments: list[str]) -> tuple[str, str, int, list[str]]:
+    """
+    The command line's C{[--tls MODE] CORPUS ROUNDS CLIENT...}.
+
+    @return: the TLS mode (C{none} without C{--tls}), the corpus, the
+        rounds and the clients.
+    """
+    tls = "none"
+    if arguments[:1] == ["--tls"]:
+        tls, arguments = arguments[1], arguments[2:]
+        if tls not in TLS_MODES:
+            raise SystemExit(f"--tls: one of {', '.join(TLS_MODES)}, not {tls!r}")
+    return tls, arguments[0], int(arguments[1]), arguments[2:]
+
+
 def main() -> None:
-    corpus, rounds, clients = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    tls, corpus, rounds, clients = parseArguments(sys.argv[1:])
     rawBinary, timer = buildTools(_WORK)
     base = tempfile.mkdtemp(prefix="sidebyside-", dir="/dev/shm")
     server = BenchServer(base, accounts=8 * rounds * len(clients), fsync=False,
@@ -202,7 +227,8 @@ def main() -> None:
         invocation = Invocation(host=server.host, port=server.port, user=account,
                                 maildir=os.path.join(_WORK, "corpus", maildir, "Maildir"),
                                 runDir=runDir, server=VARIANTS["default"],
-                                rawBinary=rawBinary)  # fmt: skip
+                                rawBinary=rawBinary, tls=tls, tlsPort=server.tlsPort,
+                                caPath=server.caPath)  # fmt: skip
         cwd, env = os.getcwd(), dict(os.environ)
         if client == "raw" or client.startswith("raw:"):
             argv = _rawArgv(client, invocation)

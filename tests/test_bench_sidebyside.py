@@ -13,7 +13,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from bench.contenders import Invocation
 from bench.servers import VARIANTS
-from bench.sidebyside import _rawArgv, dovecotSeconds, summary
+from bench.sidebyside import _rawArgv, dovecotSeconds, parseArguments, summary
 
 
 def invocation() -> Invocation:
@@ -113,3 +113,29 @@ class DovecotSecondsTests(SynchronousTestCase):
         after, serving = dovecotSeconds(os.getpid())
         self.assertGreaterEqual(after - before, 0.25)
         self.assertEqual(serving, 0)
+
+
+class ParseArgumentsTests(SynchronousTestCase):
+    """
+    C{[--tls MODE] CORPUS ROUNDS CLIENT...}.
+    """
+
+    def test_plain(self) -> None:
+        """
+        Without C{--tls} every client reaches Dovecot over plain TCP.
+        """
+        self.assertEqual(
+            parseArguments(["realistic", "3", "raw:1", "/t:1"]),
+            ("none", "realistic", 3, ["raw:1", "/t:1"]),
+        )
+
+    def test_tls(self) -> None:
+        """
+        C{--tls MODE} first sets how every client reaches Dovecot; a mode
+        that is none of L{bench.contenders.TLS_MODES} is refused.
+        """
+        self.assertEqual(
+            parseArguments(["--tls", "implicit", "realistic", "3", "raw:1"]),
+            ("implicit", "realistic", 3, ["raw:1"]),
+        )
+        self.assertRaises(SystemExit, parseArguments, ["--tls", "tls", "realistic", "3", "raw:1"])

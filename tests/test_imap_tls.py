@@ -551,20 +551,27 @@ def _certificates(test: SynchronousTestCase) -> tuple[PrivateCertificate, Certif
     return serverCertificate, trust
 
 
-def _recordingSends(connection: Any) -> list[object]:
+def _recordingSends(test: SynchronousTestCase, connection: Any) -> list[object]:
     """
     What C{connection}, an OpenSSL connection, is handed to encrypt, from
-    now on.
+    now on: by Twisted (pyOpenSSL's C{send}) or by L{TLSSender} (its
+    C{SSL_write}, L{tls._write}).
     """
     sent: list[object] = []
     send = connection.send
+    write = tls._write
 
     def recordingSend(data: Any, flags: int = 0) -> int:
         sent.append(data)
         taken: int = send(data, flags)
         return taken
 
+    def recordingWrite(ssl: Any, piece: Any) -> int:
+        sent.append(piece)
+        return write(ssl, piece)
+
     connection.send = recordingSend
+    test.patch(tls, "_write", recordingWrite)
     return sent
 
 
@@ -620,7 +627,7 @@ class SenderTests(_TLSPairCase):
         reads every octet in order.
         """
         client, received, pump, clock = self._connected()
-        sent = _recordingSends(client._tlsConnection)
+        sent = _recordingSends(self, client._tlsConnection)
         body = bytes(range(256)) * 200  # 51,200 octets: four records
         client.write(b"A0 NOOP\r\n")
         client.writeSequence([b"A1 APPEND INBOX {51200+}\r\n", body, b"\r\n", b"A2 NOOP\r\n"])
@@ -641,7 +648,7 @@ class SenderTests(_TLSPairCase):
         it.
         """
         client, received, pump, clock = self._connected()
-        sent = _recordingSends(client._tlsConnection)
+        sent = _recordingSends(self, client._tlsConnection)
         body = memoryview(bytearray(b"x" * 40000))[1000:]
         sender = client.tlsSender
         sender.writeSequence([b"A1 APPEND INBOX {39000+}\r\n", body, b"\r\n"])
@@ -649,6 +656,48 @@ class SenderTests(_TLSPairCase):
         self.assertEqual(received.received, b"A1 APPEND INBOX {39000+}\r\n" + b"x" * 39000
                          + b"\r\n")  # fmt: skip
         self.assertIs(sent[1], body)
+
+    def test_notThroughPyOpenSSLSend(self) -> None:
+        """
+        The pieces of a C{writeSequence} reach OpenSSL's C{SSL_write}
+        directly (L{tls._write}), not through pyOpenSSL's C{send} and the
+        Python around it; the server reads every octet in order.
+        """
+        client, received, pump, clock = self._connected()
+
+        def refused(data: Any, flags: int = 0) -> int:
+            raise AssertionError("pyOpenSSL's send was called")
+
+        connection: Any = client._tlsConnection
+        connection.send = refused
+        body = bytes(range(256)) * 100
+        client.writeSequence([b"A1 APPEND INBOX {25600+}\r\n", body, b"\r\n"])
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {25600+}\r\n" + body + b"\r\n")
+
+    def test_emptyPieces(self) -> None:
+        """
+        Empty pieces, alone or beside others, write nothing and fail
+        nothing (C{SSL_write} of no octets is not called: it returns 0,
+        which reads as a failure).
+        """
+        client, received, pump, clock = self._connected()
+        sent = _recordingSends(self, client._tlsConnection)
+        client.writeSequence([b""])
+        client.writeSequence([b"", b"x" * 20000, b""])
+        pump.flush()
+        self.assertEqual(received.received, b"x" * 20000)
+        self.assertNotIn(b"", sent)
+
+    def test_writeFailed(self) -> None:
+        """
+        A write OpenSSL refuses (the client already sent its close_notify)
+        raises pyOpenSSL's error for it.
+        """
+        client, received, pump, clock = self._connected()
+        connection = client._tlsConnection
+        connection.shutdown()
+        self.assertRaises(SSL.Error, tls._sendAll, connection, b"A1 NOOP\r\n")
 
     def test_oneWritePerSequence(self) -> None:
         """

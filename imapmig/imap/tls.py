@@ -316,18 +316,40 @@ def _sendAll(connection: SSL.Connection, record: Piece) -> Piece | None:
     Hand all of C{record} to OpenSSL, a partial write (possible under
     C{SSL_MODE_ENABLE_PARTIAL_WRITE}) resumed where it stopped.
 
+    OpenSSL's C{SSL_write} is called through L{_write}, not pyOpenSSL's
+    C{send}: its Python around the call (a context manager for the
+    buffer, the checks of C{_raise_ssl_error} on every success) cost about
+    as much as encrypting a command line, twice a message; pyOpenSSL's
+    exceptions are raised only when a write fails.
+
     @return: L{None}, or the part OpenSSL did not take because it waits
         for the server (C{WantReadError}).
+    @raise SSL.Error: the write failed.
     """
+    ssl = connection._ssl
     view = record
-    while True:
-        try:
-            sent = connection.send(view)
-        except SSL.WantReadError:
-            return view
+    while len(view):
+        sent = _write(ssl, view)
+        if sent <= 0:
+            if _lib.SSL_get_error(ssl, sent) == _lib.SSL_ERROR_WANT_READ:
+                return view
+            connection._raise_ssl_error(ssl, sent)
+            raise SSL.Error([("imapmig", "SSL_write", f"SSL_write returned {sent}")])
         if sent == len(view):
             return None
         view = memoryview(view)[sent:]
+    return None
+
+
+def _write(ssl: Any, piece: Piece) -> int:
+    """
+    OpenSSL's C{SSL_write} of C{piece} (read in place) on C{ssl}.
+
+    @return: what it returned: the octets it took, or 0 or less if it
+        failed (C{SSL_get_error} says why).
+    """
+    written: int = _lib.SSL_write(ssl, _ffi.from_buffer(piece), len(piece))
+    return written
 
 
 def _records(pieces: Sequence[Piece]) -> list[Piece]:
