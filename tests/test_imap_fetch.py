@@ -424,6 +424,87 @@ class ParserTests(SynchronousTestCase):
                 [(3, 42, {section: b"ab\r\nc"}, None), (4, 43, {section: b"x"}, ("\\Seen",))],
             )
 
+    def test_literalAtEndsBodyResponse(self) -> None:
+        """
+        A body response (C{UID}, the section, the literal) whose closing
+        parenthesis and CRLF follow its literal in the same read is ended
+        by L{FetchResponseParser.literalAt}: its item is made at once, the
+        position returned is after that line, and the parser is idle for
+        the next response; split before the CRLF, it ends with its line as
+        before, with the same item.
+        """
+        wire = b"0123456789)\r\n* 2 FETCH"
+        items = []
+        for cut in (len(wire), 12):
+            sink = Collected()
+            parser = FetchResponseParser(sink)
+            parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {10}")
+            end = parser.literalAt(wire[:cut], 0)
+            if cut == len(wire):
+                self.assertEqual(wire[end:], b"* 2 FETCH")
+                self.assertFalse(parser.inResponse)
+            else:
+                self.assertEqual(end, 10)
+                self.assertTrue(parser.inResponse)
+                self.assertEqual(sink.items, [])
+                parser.lineReceived(b")")
+            items.append(sink.items)
+        self.assertEqual(items[0], items[1])
+        [item] = items[0]
+        self.assertEqual((item.sequence, item.uid, item.body), (1, 7, b"0123456789"))
+
+    def test_bodiesAt(self) -> None:
+        """
+        L{FetchResponseParser.bodiesAt} reads, after the literal under way,
+        every body response that follows in the same read (first line,
+        literal, closing line) without a line handed to it; it stops where
+        the next is not one (here a response that goes on after its
+        literal, and a first line cut by the read's end), where a literal
+        is incomplete (-1), or where C{proceed} says so; an empty literal
+        leaves its line to go on.
+        """
+        wire = (
+            b"abc)\r\n"
+            b"* 2 FETCH (UID 8 BODY[] {2}\r\nde)\r\n"
+            b"* 3 FETCH (UID 9 BINARY[] ~{1}\r\n\0)\r\n"
+            b"* 4 FETCH (UID 10 BODY[] {1}\r\nf FLAGS ())\r\n"
+        )
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        end = parser.bodiesAt(wire, 0, lambda: True)
+        self.assertEqual(wire[end:], b" FLAGS ())\r\n")
+        self.assertEqual(
+            [(i.sequence, i.uid, dict(i.sections)) for i in sink.items],
+            [(1, 7, {b"BODY[]": b"abc"}), (2, 8, {b"BODY[]": b"de"}),
+             (3, 9, {b"BINARY[]": b"\0"})],
+        )  # fmt: skip
+        parser.lineReceived(b" FLAGS ())")
+        self.assertEqual(sink.items[-1].body, b"f")
+
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        rest = b"* 2 FETCH (UID 8 BODY[] {2}\r\nd"
+        self.assertEqual(parser.bodiesAt(b"abc)\r\n" + rest, 0, lambda: True), -1)
+        self.assertEqual(parser.literalRemaining, 1)
+        cut = b"abc)\r\n* 2 FETCH (UID 8 BO"
+        parser = FetchResponseParser(Collected())
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        self.assertEqual(parser.bodiesAt(cut, 0, lambda: True), 6)
+        parser = FetchResponseParser(Collected())
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        self.assertEqual(parser.bodiesAt(b"abc)\r\n" + rest, 0, lambda: False), 6)
+        self.assertFalse(parser.inResponse)
+        empty = b"abc)\r\n* 2 FETCH (UID 8 BODY[] {0}\r\n)\r\n"
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        end = parser.bodiesAt(empty, 0, lambda: True)
+        self.assertEqual(empty[end:], b")\r\n")
+        parser.lineReceived(b")")
+        self.assertEqual([i.body for i in sink.items], [b"abc", b""])
+
     def test_literalAtWholeRead(self) -> None:
         """
         A literal that is a whole read, taken from its start, is kept as
@@ -815,6 +896,51 @@ class ClientHookTests(SynchronousTestCase):
         d = client.fetchInto(b"UID FETCH 1 (UID)", sink)
         client.dataReceived(b"* 1 FETCH (UID 1)\r\n")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertTrue(transport.disconnecting)
+        self.failureResultOf(d, ConnectionDropped)
+
+    def test_bodiesInOneReadStopWithTheConnection(self) -> None:
+        """
+        Body responses that arrive in one read are each handed to the
+        sink; once a sink has paused the connection's reading, the rest of
+        the read waits for it to resume; once a sink's failure has dropped
+        the connection, the rest is not handed over.
+        """
+        wire = b"".join(
+            b"* %d FETCH (UID %d BODY[] {3}\r\nab%d)\r\n" % (n, n, n) for n in (1, 2, 3)
+        )
+        client, transport = greeted()
+        seen: list[int | None] = []
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", lambda item: seen.append(item.uid))
+        client.dataReceived(wire + transport.value().split(b" ")[0] + b" OK done\r\n")
+        self.assertEqual(seen, [1, 2, 3])
+        self.successResultOf(d)
+
+        client, transport = greeted()
+        seen = []
+
+        def pausing(item: FetchedItem) -> None:
+            seen.append(item.uid)
+            if item.uid == 1:
+                client.pauseProducing()
+
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", pausing)
+        client.dataReceived(wire)
+        self.assertEqual(seen, [1])
+        client.resumeProducing()
+        self.assertEqual(seen, [1, 2, 3])
+
+        client, transport = greeted()
+        seen = []
+
+        def failing(item: FetchedItem) -> None:
+            seen.append(item.uid)
+            raise RuntimeError("bug")
+
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", failing)
+        client.dataReceived(wire)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual(seen, [1])
         self.assertTrue(transport.disconnecting)
         self.failureResultOf(d, ConnectionDropped)
 
