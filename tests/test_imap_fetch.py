@@ -47,6 +47,7 @@ from imapmig.imap.fetch import (
     FetchResponseParser,
     isFetchResponse,
 )
+from imapmig.imap import fetcheditem
 from imapmig.imap.fetcheditem import FetchedItem, parseInternalDate
 from imapmig.imap.mailboxes import ListedMailbox
 from imapmig.imap.session import IMAPSession
@@ -178,6 +179,8 @@ class ParserTests(SynchronousTestCase):
         for flags, date in (
             (b"\\Seen $Forwarded", b"22-Nov-2026 10:00:00 +0100"),
             (b"", b" 2-Jan-2020 00:00:00 -0500"),
+            (b"\\Seen", b"22-nov-2026 23:59:59 -0930"),
+            (b"\\Seen", b"31-Feb-2026 10:00:00 +0100"),
             (b"\\Seen  NIL caf\xc3\xa9", b"not a date"),
         ):
             rest = b"FLAGS (" + flags + b') INTERNALDATE "' + date + b'" RFC822.SIZE 1234)\r\n'
@@ -187,6 +190,24 @@ class ParserTests(SynchronousTestCase):
             self.assertEqual((fast.sequence, fast.uid, fast.size), (3, 17, 1234))
         self.assertEqual(fast.flags, ("\\Seen", "caf\xe9"))
         self.assertIsNone(fast.internalDate)
+
+    def test_listedDateFromTheMatch(self) -> None:
+        """
+        The date of a listing response as servers write it is made from the
+        fields its match found, without L{parseInternalDate}.
+        """
+
+        def unused(value: bytes) -> datetime:
+            raise AssertionError("parsed again")
+
+        self.patch(fetcheditem, "parseInternalDate", unused)
+        [item] = self.parse(
+            b'* 1 FETCH (UID 5 FLAGS () INTERNALDATE " 2-Jan-2020 07:08:09 -0500" RFC822.SIZE 10)\r\n'
+        )
+        self.assertEqual(
+            item.internalDate,
+            datetime(2020, 1, 2, 7, 8, 9, tzinfo=timezone(timedelta(hours=-5))),
+        )
 
     def test_listedFlagsReadOnce(self) -> None:
         """
