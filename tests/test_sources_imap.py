@@ -1020,7 +1020,12 @@ class BodyTests(SourceTestCase):
         again when the bodies that may have lost a NUL are picked.
         """
         searched: list[object] = []
-        self.patch(imapnuls, "holds", lambda body, octet: searched.append(body) or False)
+
+        def holds(body: object, octet: int) -> bool:
+            searched.append(body)
+            return False
+
+        self.patch(imapnuls, "holds", holds)
         inbox = self.account.folders["INBOX"]
         inbox.add(body(1))
         inbox.add(b"Subject: nul\r\n\r\nbefore\0after\r\n")
