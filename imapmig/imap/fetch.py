@@ -22,7 +22,10 @@ RFC 7162 for literal8 and MODSEQ)::
 
 The parser does no network I/O: the client (L{imapmig.imap.client})
 decides which lines it gets and switches the transport to raw mode while it
-asks for literal octets.
+asks for literal octets.  A reply to a body fetch, response after response
+of C{UID}, the section and its literal, is read a read at a time
+(L{FetchResponseParser.bodiesAt}): no line of it goes back through the
+client.
 
 Bounded whatever the server sends (L{FetchLimits}): a literal is checked
 against the limits when its marker arrives, before any of its octets is
