@@ -10,9 +10,10 @@ CORPUS (default C{realistic-5000-seed1}) into one account, reads it once
 (Dovecot builds its indexes), then runs each sequence below on a fresh
 imaplib connection and prints the source instance's CPU over it (every
 process, with its reaped children: L{bench.scale_probe.treeCPU}): the
-listing with and without C{RFC822.SIZE}, the bodies fetched whole per
-folder and in steps, and C{BINARY.PEEK[]} of the bodies holding 0x80, one
-command per body and one per folder.
+listing with and without C{RFC822.SIZE} (and once more, its sizes
+cached), C{EXAMINE}, the bodies fetched whole per folder and in steps, and
+C{BINARY.PEEK[]} of the bodies holding 0x80 (one command per body, one per
+folder, and its first 0 octets only), and of every body.
 """
 
 from __future__ import annotations
@@ -90,27 +91,44 @@ def main() -> None:
 
             return run
 
-        def binary(each: bool) -> Sequence_:
+        def binary(each: bool, item: str = "BINARY.PEEK[]") -> Sequence_:
             def run(client: imaplib.IMAP4, folders: list[str]) -> None:
                 for folder, uids in candidates.items():
                     client.select(folder, readonly=True)
                     if each:
                         for uid in uids:
-                            client.uid("FETCH", str(uid), "(UID BINARY.PEEK[])")
+                            client.uid("FETCH", str(uid), f"(UID {item})")
                     else:
-                        client.uid("FETCH", ",".join(map(str, uids)), "(UID BINARY.PEEK[])")
+                        client.uid("FETCH", ",".join(map(str, uids)), f"(UID {item})")
+
+            return run
+
+        def examine(times: int) -> Sequence_:
+            def run(client: imaplib.IMAP4, folders: list[str]) -> None:
+                # Each EXAMINE answers READ-ONLY, which imaplib refuses to
+                # see outside a select(readonly=True) unless told.
+                client.is_readonly = True
+                for _ in range(times):
+                    for folder in folders:
+                        client._simple_command("EXAMINE", folder, "(CONDSTORE)")
 
             return run
 
         measure("listing: UID FETCH 1:* (UID FLAGS INTERNALDATE)", listing("(UID FLAGS INTERNALDATE)"))
         measure("listing: UID FETCH 1:* (UID FLAGS INTERNALDATE RFC822.SIZE)",
                 listing("(UID FLAGS INTERNALDATE RFC822.SIZE)"))  # fmt: skip
+        measure("the same listing again (the sizes now cached)",
+                listing("(UID FLAGS INTERNALDATE RFC822.SIZE)"))  # fmt: skip
+        measure("EXAMINE (CONDSTORE) of each folder, 20 times", examine(20))
         measure("bodies: one UID FETCH 1:* per folder", bodies(None))
         print(f"bodies holding 0x80: {sum(map(len, candidates.values()))}")
         measure("bodies: a UID FETCH per 50 messages", bodies(50))
         measure("bodies: a UID FETCH per 150 messages", bodies(150))
         measure("BINARY.PEEK[] of the bodies holding 0x80, a command each", binary(True))
         measure("BINARY.PEEK[] of the bodies holding 0x80, a command per folder", binary(False))
+        measure("BINARY.PEEK[]<0.0> of the same, a command per folder",
+                binary(False, "BINARY.PEEK[]<0.0>"))  # fmt: skip
+        measure("BINARY.PEEK[] of every body, a command per folder", listing("(UID BINARY.PEEK[])"))
     finally:
         source.stop()
         shutil.rmtree(base, ignore_errors=True)

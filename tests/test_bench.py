@@ -1024,6 +1024,52 @@ def tlsFigure(client: str, tls: str, rate: float) -> Figure:
     return Figure(setting, client, 5000, 3, 0, 0.3, 5000 / rate, rate, 0.0, 60.0, None)
 
 
+class ServerToServerPartTests(SynchronousTestCase):
+    """
+    The server-to-server part's run (L{bench.s2s.runServerToServer}).
+    """
+
+    def test_warmUpListsSizes(self) -> None:
+        """
+        The warm-up run, before every timed one, is dsync's on the full
+        account: it lists the messages with their sizes, which Dovecot then
+        keeps, so that no timed client pays for computing them.
+        """
+        import bench.s2s
+
+        class Server:
+            host, port, configPath = "127.0.0.1", 143, "/dev/null"
+
+            def start(self) -> None: ...
+            def stop(self) -> None: ...
+            def freshAccount(self) -> str:
+                return "user"
+            def loadMaildir(self, user: str, path: str) -> None: ...
+
+        calls: list[tuple[str, str, int]] = []
+
+        class Bench:
+            args = attrs.make_class("Args", {"runs": attrs.field(default=1)})()
+            workDir = "/nonexistent"
+
+            def corpus(self, name: str, messages: int) -> BuiltCorpus:
+                return BuiltCorpus("/nonexistent", messages, 0, name)
+
+            def runOnce(self, network: object, destination: object, setting: object,
+                        contender: Any, kind: str, corpus: object, repetition: int,
+                        source: object) -> None:  # fmt: skip
+                calls.append((contender.name, kind, repetition))
+
+            def record(self, result: object) -> None: ...
+
+        self.patch(bench.s2s, "tmpfsServer", lambda *a, **k: (Server(), "/nonexistent"))
+        self.patch(bench.s2s, "emptyCorpus", lambda work: BuiltCorpus("/nonexistent", 0, 0, "empty"))
+        [job] = makePlan(parseArguments(["--parts", "s2s", "--clients", "imapmig-s2s"]))
+        bench.s2s.runServerToServer(Bench(), job)  # type: ignore[arg-type]
+        self.assertEqual(calls, [("dsync", "full", -1), ("imapmig-s2s", "full", 0),
+                                 ("imapmig-s2s", "empty", 0)])  # fmt: skip
+
+
 class TLSPartTests(SynchronousTestCase):
     """
     The TLS part (C{--parts tls}, L{bench.tlsrows}): its plan, the clients'

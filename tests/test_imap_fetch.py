@@ -47,6 +47,7 @@ from imapmig.imap.fetch import (
     FetchResponseParser,
     isFetchResponse,
 )
+from imapmig.imap import fetcheditem
 from imapmig.imap.fetcheditem import FetchedItem, parseInternalDate
 from imapmig.imap.mailboxes import ListedMailbox
 from imapmig.imap.session import IMAPSession
@@ -178,6 +179,8 @@ class ParserTests(SynchronousTestCase):
         for flags, date in (
             (b"\\Seen $Forwarded", b"22-Nov-2026 10:00:00 +0100"),
             (b"", b" 2-Jan-2020 00:00:00 -0500"),
+            (b"\\Seen", b"22-nov-2026 23:59:59 -0930"),
+            (b"\\Seen", b"31-Feb-2026 10:00:00 +0100"),
             (b"\\Seen  NIL caf\xc3\xa9", b"not a date"),
         ):
             rest = b"FLAGS (" + flags + b') INTERNALDATE "' + date + b'" RFC822.SIZE 1234)\r\n'
@@ -187,6 +190,24 @@ class ParserTests(SynchronousTestCase):
             self.assertEqual((fast.sequence, fast.uid, fast.size), (3, 17, 1234))
         self.assertEqual(fast.flags, ("\\Seen", "caf\xe9"))
         self.assertIsNone(fast.internalDate)
+
+    def test_listedDateFromTheMatch(self) -> None:
+        """
+        The date of a listing response as servers write it is made from the
+        fields its match found, without L{parseInternalDate}.
+        """
+
+        def unused(value: bytes) -> datetime:
+            raise AssertionError("parsed again")
+
+        self.patch(fetcheditem, "parseInternalDate", unused)
+        [item] = self.parse(
+            b'* 1 FETCH (UID 5 FLAGS () INTERNALDATE " 2-Jan-2020 07:08:09 -0500" RFC822.SIZE 10)\r\n'
+        )
+        self.assertEqual(
+            item.internalDate,
+            datetime(2020, 1, 2, 7, 8, 9, tzinfo=timezone(timedelta(hours=-5))),
+        )
 
     def test_listedFlagsReadOnce(self) -> None:
         """
@@ -423,6 +444,87 @@ class ParserTests(SynchronousTestCase):
                 [(i.sequence, i.uid, dict(i.sections), i.flags) for i in items[0]],
                 [(3, 42, {section: b"ab\r\nc"}, None), (4, 43, {section: b"x"}, ("\\Seen",))],
             )
+
+    def test_literalAtEndsBodyResponse(self) -> None:
+        """
+        A body response (C{UID}, the section, the literal) whose closing
+        parenthesis and CRLF follow its literal in the same read is ended
+        by L{FetchResponseParser.literalAt}: its item is made at once, the
+        position returned is after that line, and the parser is idle for
+        the next response; split before the CRLF, it ends with its line as
+        before, with the same item.
+        """
+        wire = b"0123456789)\r\n* 2 FETCH"
+        items = []
+        for cut in (len(wire), 12):
+            sink = Collected()
+            parser = FetchResponseParser(sink)
+            parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {10}")
+            end = parser.literalAt(wire[:cut], 0)
+            if cut == len(wire):
+                self.assertEqual(wire[end:], b"* 2 FETCH")
+                self.assertFalse(parser.inResponse)
+            else:
+                self.assertEqual(end, 10)
+                self.assertTrue(parser.inResponse)
+                self.assertEqual(sink.items, [])
+                parser.lineReceived(b")")
+            items.append(sink.items)
+        self.assertEqual(items[0], items[1])
+        [item] = items[0]
+        self.assertEqual((item.sequence, item.uid, item.body), (1, 7, b"0123456789"))
+
+    def test_bodiesAt(self) -> None:
+        """
+        L{FetchResponseParser.bodiesAt} reads, after the literal under way,
+        every body response that follows in the same read (first line,
+        literal, closing line) without a line handed to it; it stops where
+        the next is not one (here a response that goes on after its
+        literal, and a first line cut by the read's end), where a literal
+        is incomplete (-1), or where C{proceed} says so; an empty literal
+        leaves its line to go on.
+        """
+        wire = (
+            b"abc)\r\n"
+            b"* 2 FETCH (UID 8 BODY[] {2}\r\nde)\r\n"
+            b"* 3 FETCH (UID 9 BINARY[] ~{1}\r\n\0)\r\n"
+            b"* 4 FETCH (UID 10 BODY[] {1}\r\nf FLAGS ())\r\n"
+        )
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        end = parser.bodiesAt(wire, 0, lambda: True)
+        self.assertEqual(wire[end:], b" FLAGS ())\r\n")
+        self.assertEqual(
+            [(i.sequence, i.uid, dict(i.sections)) for i in sink.items],
+            [(1, 7, {b"BODY[]": b"abc"}), (2, 8, {b"BODY[]": b"de"}),
+             (3, 9, {b"BINARY[]": b"\0"})],
+        )  # fmt: skip
+        parser.lineReceived(b" FLAGS ())")
+        self.assertEqual(sink.items[-1].body, b"f")
+
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        rest = b"* 2 FETCH (UID 8 BODY[] {2}\r\nd"
+        self.assertEqual(parser.bodiesAt(b"abc)\r\n" + rest, 0, lambda: True), -1)
+        self.assertEqual(parser.literalRemaining, 1)
+        cut = b"abc)\r\n* 2 FETCH (UID 8 BO"
+        parser = FetchResponseParser(Collected())
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        self.assertEqual(parser.bodiesAt(cut, 0, lambda: True), 6)
+        parser = FetchResponseParser(Collected())
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        self.assertEqual(parser.bodiesAt(b"abc)\r\n" + rest, 0, lambda: False), 6)
+        self.assertFalse(parser.inResponse)
+        empty = b"abc)\r\n* 2 FETCH (UID 8 BODY[] {0}\r\n)\r\n"
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {3}")
+        end = parser.bodiesAt(empty, 0, lambda: True)
+        self.assertEqual(empty[end:], b")\r\n")
+        parser.lineReceived(b")")
+        self.assertEqual([i.body for i in sink.items], [b"abc", b""])
 
     def test_literalAtWholeRead(self) -> None:
         """
@@ -815,6 +917,51 @@ class ClientHookTests(SynchronousTestCase):
         d = client.fetchInto(b"UID FETCH 1 (UID)", sink)
         client.dataReceived(b"* 1 FETCH (UID 1)\r\n")
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertTrue(transport.disconnecting)
+        self.failureResultOf(d, ConnectionDropped)
+
+    def test_bodiesInOneReadStopWithTheConnection(self) -> None:
+        """
+        Body responses that arrive in one read are each handed to the
+        sink; once a sink has paused the connection's reading, the rest of
+        the read waits for it to resume; once a sink's failure has dropped
+        the connection, the rest is not handed over.
+        """
+        wire = b"".join(
+            b"* %d FETCH (UID %d BODY[] {3}\r\nab%d)\r\n" % (n, n, n) for n in (1, 2, 3)
+        )
+        client, transport = greeted()
+        seen: list[int | None] = []
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", lambda item: seen.append(item.uid))
+        client.dataReceived(wire + transport.value().split(b" ")[0] + b" OK done\r\n")
+        self.assertEqual(seen, [1, 2, 3])
+        self.successResultOf(d)
+
+        client, transport = greeted()
+        seen = []
+
+        def pausing(item: FetchedItem) -> None:
+            seen.append(item.uid)
+            if item.uid == 1:
+                client.pauseProducing()
+
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", pausing)
+        client.dataReceived(wire)
+        self.assertEqual(seen, [1])
+        client.resumeProducing()
+        self.assertEqual(seen, [1, 2, 3])
+
+        client, transport = greeted()
+        seen = []
+
+        def failing(item: FetchedItem) -> None:
+            seen.append(item.uid)
+            raise RuntimeError("bug")
+
+        d = client.fetchInto(b"UID FETCH 1:3 (UID BODY.PEEK[])", failing)
+        client.dataReceived(wire)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual(seen, [1])
         self.assertTrue(transport.disconnecting)
         self.failureResultOf(d, ConnectionDropped)
 

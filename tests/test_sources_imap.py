@@ -48,7 +48,7 @@ from imapmig.mail.message import (
     toCRLF,
 )
 from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, UNKNOWN
-from imapmig.sources import IMessageSource
+from imapmig.sources import IMessageSource, imapnuls
 from imapmig.sources.imap import READ_AHEAD_CONNECTIONS, IMAPSource
 from imapmig.sources.imapbodies import SPOOL_ABOVE
 from imapmig.sources.imaplisting import FlagChange, sourceFlags
@@ -1013,6 +1013,25 @@ class BodyTests(SourceTestCase):
             self.commandsSince(start),
             [b"UID FETCH 1:2 (UID BODY.PEEK[])", b"UID FETCH 2 (UID BINARY.PEEK[])"],
         )
+
+    def test_bodySearchedOnce(self) -> None:
+        """
+        A body held in memory is searched for 0x80 once, as it arrives: not
+        again when the bodies that may have lost a NUL are picked.
+        """
+        searched: list[object] = []
+
+        def holds(body: object, octet: int) -> bool:
+            searched.append(body)
+            return False
+
+        self.patch(imapnuls, "holds", holds)
+        inbox = self.account.folders["INBOX"]
+        inbox.add(body(1))
+        inbox.add(b"Subject: nul\r\n\r\nbefore\0after\r\n")
+        folder, messages = self.listed()
+        self.assertEqual(len(self.run_(self.source.readBodies(folder, messages))), 2)
+        self.assertEqual(searched, [])
 
     def startRead(self, stored: Sequence[bytes]) -> tuple[Deferred[Any], IMAPSession, StringTransport, bytes]:
         """

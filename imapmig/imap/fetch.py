@@ -22,7 +22,10 @@ RFC 7162 for literal8 and MODSEQ)::
 
 The parser does no network I/O: the client (L{imapmig.imap.client})
 decides which lines it gets and switches the transport to raw mode while it
-asks for literal octets.
+asks for literal octets.  A reply to a body fetch, response after response
+of C{UID}, the section and its literal, is read a read at a time
+(L{FetchResponseParser.bodiesAt}): no line of it goes back through the
+client.
 
 Bounded whatever the server sends (L{FetchLimits}): a literal is checked
 against the limits when its marker arrives, before any of its octets is
@@ -118,13 +121,21 @@ _BODY_START = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
 )
 
+# The same line at a position in a read, its CRLF behind it: where one body
+# response ends in a read and the next begins (L{FetchResponseParser.bodiesAt}).
+_BODY_LINE = re.compile(
+    rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\r\n"
+)
+
 
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
-# RFC822.SIZE)}) as servers write it, flags made of atoms only: read
-# without the tokenizer, into the same item.
+# RFC822.SIZE)}) as servers write it, flags made of atoms only, the date
+# spelled as RFC 3501 shows it (the month capitalised): read without the
+# tokenizer, the date's fields found by the same match, into the same item.
 _LISTING = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \(UID ([0-9]{1,10}) FLAGS \(([^\x00-\x1f()\"{}\[\]\x7f]*)\) "
-    rb'INTERNALDATE "([^"\\]*)" RFC822\.SIZE ([0-9]{1,18})\)\Z'
+    rb'INTERNALDATE "( ?[0-9]{1,2})-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-([0-9]{4}) '
+    rb'([0-9]{2}):([0-9]{2}):([0-9]{2}) ([-+][0-9]{4})" RFC822\.SIZE ([0-9]{1,18})\)\Z'
 )
 
 
@@ -304,7 +315,8 @@ class FetchResponseParser:
 
         @return: L{None} while the literal is incomplete; once complete,
             the octets that followed it in C{data} (perhaps empty), which
-            belong to the line that continues the response.
+            belong to the line that continues the response (or follow
+            the response, when L{literalAt} ended it).
         @raise FetchSpoolError: a spooled literal could not be written (the
             parser is then idle again).
         """
@@ -324,7 +336,11 @@ class FetchResponseParser:
             C{len(data)}).
         @return: -1 while the literal is incomplete (all of C{data} taken);
             once complete, the position in C{data} just after it, where
-            the line that continues the response starts.
+            the line that continues the response starts; or, for a
+            response that is just C{UID}, the section and its literal
+            held in memory (as L{_BODY_START} starts one) ending right
+            behind it in C{data} (C{)} CRLF), the position after that
+            line, the response done (its item made) and the parser idle.
         @raise FetchSpoolError: a spooled literal could not be written (the
             parser is then idle again).
         """
@@ -347,9 +363,19 @@ class FetchResponseParser:
             piece = memoryview(data)[pos:end]
         self._remaining = 0
         if spool is None:
-            self._chunks.append(piece)
-            chunks, self._chunks = self._chunks, []
-            self._stack[-1].append(b"".join(chunks))
+            chunks = self._chunks
+            if chunks:
+                chunks.append(piece)
+                self._chunks = []
+                self._stack[-1].append(b"".join(chunks))
+            else:
+                # One piece: the read itself (uncopied), or its one copy.
+                self._stack[-1].append(piece if type(piece) is bytes else bytes(piece))
+            self._state = _LINE
+            if self._bodyOnly and data.startswith(b")\r\n", end) and self._bodyEnds():
+                # The response ends right behind its literal, in this read:
+                # its item is made here, with no trip through line mode.
+                return end + 3
         else:
             self._write(spool, piece)
             self._spool = None
@@ -359,6 +385,43 @@ class FetchResponseParser:
             self._spooled.append((len(root), name, spool))
             root.append(b"")
         self._state = _LINE
+        return end
+
+    def bodiesAt(self, data: bytes, pos: int, proceed: Callable[[], bool]) -> int:
+        """
+        L{literalAt}; then, while the response is done and C{proceed()}
+        says so, each body response that begins next in C{data} with a
+        whole first line as L{_BODY_START} reads one, taken in place: its
+        line and its literal read here, and its closing line where
+        L{literalAt} can end it, with no line handed to L{lineReceived}.
+        A server's reply to a body fetch (C{* 1 FETCH (UID 5 BODY[]
+        {1234}}, the body, C{)}, the next) is read so a read at a time.
+
+        @param proceed: whether to go on to the next response (not when
+            the connection is closing, or its reading paused, by what an
+            item's receiver did).
+        @return: as L{literalAt}: -1 while the literal last begun is
+            incomplete (all of C{data} taken), else the position in
+            C{data} after what was taken, the parser idle or within a
+            response (its next line from there).
+        @raise FetchParseError: a response is beyond the limits (the
+            parser is then idle again).
+        """
+        end = self.literalAt(data, pos)
+        while end >= 0 and self._state == _IDLE and proceed():
+            match = _BODY_LINE.match(data, end)
+            if match is None:
+                return end
+            try:
+                self._startBody(match)
+            except FetchParseError:
+                self.reset()
+                raise
+            end = match.end()
+            if self._state != _LITERAL:
+                # An empty literal, already taken: the line goes on.
+                return end
+            end = self.literalAt(data, end)
         return end
 
     def _write(self, spool: SpooledLiteral, data: bytes | memoryview) -> None:

@@ -154,6 +154,15 @@ def _zone(minutes: int) -> timezone:
     return timezone(timedelta(minutes=minutes))
 
 
+@lru_cache(maxsize=64)
+def _zoneOf(zone: bytes) -> timezone:
+    """
+    The timezone of a date-time's zone, C{b"+0100"}: sign and four digits.
+    """
+    minutes = int(zone[1:3]) * 60 + int(zone[3:5])
+    return _zone(-minutes if zone[0] == 0x2D else minutes)
+
+
 def parseInternalDate(value: bytes) -> datetime:
     """
     Parse an RFC 3501 C{date-time} (without its quotes), such as
@@ -313,12 +322,17 @@ def listedItem(match: re.Match[bytes]) -> FetchedItem:
     The L{FetchedItem} of a listing response as servers write it, matched
     whole by L{imapmig.imap.fetch}: what L{itemOf} makes of it (C{NIL}
     among the flags left out, as a flag list holds atoms only; an
-    unreadable date is L{None}).  One per message listed: the date is read
-    here rather than by L{_dateOrNone}, a call less.
+    impossible date is L{None}).  One per message listed: the date is made
+    from the fields the match found (a third of a listing response's
+    reading went to L{parseInternalDate}'s splits), its zone once per
+    distinct offset.
     """
-    sequence, uid, flags, date, size = match.groups()
+    sequence, uid, flags, day, month, year, hour, minute, second, zone, size = match.groups()
     try:
-        internalDate: datetime | None = parseInternalDate(date)
+        internalDate: datetime | None = datetime(
+            int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second),
+            tzinfo=_zoneOf(zone),
+        )  # fmt: skip
     except ValueError:
         internalDate = None
     return FetchedItem(

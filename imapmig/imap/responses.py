@@ -261,7 +261,7 @@ class ResponseReader(IMAPConnection):
         if not parser.wantsLiteral:
             return LinearLineReceiver.rawDataFrom(self, data, pos)
         try:
-            end = parser.literalAt(data, pos)
+            end = parser.bodiesAt(data, pos, self._readingOn)
         except FetchParseError as e:
             self._violation(f"an unreadable FETCH response ({e})", data[pos : pos + 1024])
             return len(data)
@@ -271,6 +271,13 @@ class ResponseReader(IMAPConnection):
         # (and to the parser, which is still in the response).
         self.setLineMode()
         return end
+
+    def _readingOn(self) -> bool:
+        """
+        Whether what was received is still to be handed over: not once
+        the connection is closing or its reading is paused.
+        """
+        return not self.paused and not self.stopReading()
 
     def _greeting(self, rest: bytes) -> None:
         status, _, text = rest.partition(b" ")

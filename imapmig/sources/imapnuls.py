@@ -122,11 +122,11 @@ class BinaryNULRestorer(NULRestorer):
         C{BINARY.PEEK[]} was asked for early, and the spooled ones holding
         0x80.
         """
-        asked = self._early.asked
+        asked, clean = self._early.asked, self._early.clean
         return [
             (uid, body)
             for uid, body in sorted(bodies.items(), key=lambda pair: pair[0])
-            if body is not None and (uid in asked or holds(body, 0x80))
+            if body is not None and (uid in asked or (uid not in clean and holds(body, 0x80)))
         ]
 
     async def _fetchLate(
@@ -193,6 +193,8 @@ class EarlyBinary:
     fetch of those bodies would (L{bodyLimits}).
 
     @ivar asked: the UIDs whose C{BINARY.PEEK[]} was asked for.
+    @ivar clean: the UIDs whose body, in memory, was found without 0x80
+        as it arrived (and is not searched again).
     """
 
     def __init__(self, session: IMAPSession, groups: Sequence[Sequence[int]]) -> None:
@@ -207,6 +209,7 @@ class EarlyBinary:
         self._remaining = [len(set(group)) for group in groups]
         self._candidates: list[list[tuple[int, int]]] = [[] for _ in groups]
         self.asked: set[int] = set()
+        self.clean: set[int] = set()
 
     def bodyReceived(self, uid: int, body: Body) -> None:
         """
@@ -217,11 +220,16 @@ class EarlyBinary:
         """
         index = self._groupOf.pop(uid, None)
         if index is None:
-            # Not asked for, or arrived before: counted once.
+            # Not asked for, or arrived before: counted once, and this
+            # body, which replaces the one searched, is not searched here.
+            self.clean.discard(uid)
             return
         candidates = self._candidates[index]
-        if isinstance(body, bytes) and 0x80 in body:
-            candidates.append((uid, len(body)))
+        if isinstance(body, bytes):
+            if 0x80 in body:
+                candidates.append((uid, len(body)))
+            else:
+                self.clean.add(uid)
         self._remaining[index] -= 1
         if self._remaining[index] or not candidates:
             return
