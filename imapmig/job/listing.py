@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_job, tests.test_job_readsteps, tests.test_job_unchanged -*-
+# -*- test-case-name: tests.test_job, tests.test_job_listing, tests.test_job_readsteps, tests.test_job_unchanged -*-
 """
 What a job finds in its source and has left to copy: the included folders
 listed (on a later pass of an IMAP source, only what changed since its
@@ -156,6 +156,15 @@ class SourceListing:
         listed: list[Listed] = []
         try:
             while True:
+                if not opening.called:
+                    # The reactor runs before each folder, the first too:
+                    # the connection's connect() is issued on the reactor's
+                    # next turn (Twisted's TCP client), and a Maildir
+                    # folder is listed without yielding, so the first
+                    # folder's listing (the largest, INBOX, about half of
+                    # the listing) would hold it back; the greeting and the
+                    # login then go on between folders.
+                    await deferLater(self._clock, 0)
                 self._askAhead(asked, following, window)
                 if not asked or self._stop.requested:
                     break
@@ -175,8 +184,6 @@ class SourceListing:
                     continue
                 if found is not None:
                     listed.append((folder, *found))
-                if not opening.called:
-                    await deferLater(self._clock, 0)
         finally:
             # Asked ahead and no longer wanted (a stop, a failure): their
             # outcome is dropped.
