@@ -64,7 +64,9 @@ class SharedUnits:
     def take(self, worker: int, current: str | None) -> WorkUnit | None:
         """
         The next share a connection takes: of its C{current} mailbox if it
-        can, else of a mailbox no other connection is appending to; a fair
+        can (with other connections at work, while no free mailbox has
+        more left than it by a quarter of a share or more: L{chooseUnit}),
+        else of a mailbox no other connection is appending to; a fair
         share of what is left, at least the minimum share (L{guidedShare}).
         Taking it makes its mailbox the connection's own until it takes
         one of another mailbox or leaves.
@@ -85,10 +87,15 @@ class SharedUnits:
         if not units:
             return None
         inUse = {m for w, m in self._mailboxes.items() if w != worker}
-        index = chooseUnit(units, current, inUse)
+        share = guidedShare(self._untaken, self._connections, self._minimumShare)
+        # With other connections at work, a connection moves to a free
+        # mailbox with a quarter of a share (and a batch) more left than
+        # its own: the rests stay even, and the last mailboxes end together.
+        # Alone, it keeps to its mailbox (no SELECT for nothing).
+        margin = max(self._minimumShare, share // 4) if inUse else None
+        index = chooseUnit(units, current, inUse, margin)
         if units[index].mailbox in inUse:
             return None
-        share = guidedShare(self._untaken, self._connections, self._minimumShare)
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
         self._mailboxes[worker] = unit.mailbox
