@@ -1271,6 +1271,39 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 12)
         h.finish()
 
+    def test_extraConnectionsOpenWhileListing(self) -> None:
+        """
+        On a first run (nothing recorded), the extra connections are
+        opened as soon as what the listing found is worth them, while the
+        rest of the source is listed; on a later run, only once the plan
+        (the records read) says so.
+        """
+        h = JobHarness(self)
+        names = ["INBOX", "Archive", "Sent"]
+        folders = [h.source.addFolder(name) for name in names]
+        for n, folder in enumerate(folders):
+            populate(h.source, folder, 4, start=4 * n)
+        seen: list[int] = []
+        h.source.onListing = lambda folder: seen.append(h.endpoint.attempts)
+        settings = JobSettings(connections=3, unitMessages=2, batchMessages=2)
+
+        self.assertTrue(h.run(h.job(settings)))
+
+        # Opening: the first connection as the listing starts; the second
+        # once INBOX and Archive are listed, the third after Sent.
+        self.assertEqual(seen, [1, 1, 2])
+        self.assertEqual(h.endpoint.attempts, 3)
+        self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 12)
+
+        populate(h.source, folders[2], 4, start=12)
+        populate(h.source, folders[0], 4, start=16)
+        seen.clear()
+        self.assertTrue(h.run(h.job(settings)))
+        self.assertEqual(seen, [4, 4, 4])
+        self.assertEqual(h.endpoint.attempts, 5)
+        self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 20)
+        h.finish()
+
     def test_logsInWhileListing(self) -> None:
         """
         The first connection logs in while the source is listed: a source
