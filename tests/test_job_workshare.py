@@ -129,6 +129,26 @@ class SharingTests(SynchronousTestCase):
         self.assertEqual(taken(units, 1, "A").mailbox, "A")
         self.assertEqual(taken(units, 1, "A").mailbox, "B")
 
+    def test_exhaustedOnceAnAttempt(self) -> None:
+        """
+        Taking the last share calls C{onExhausted}, once an attempt: the
+        job records the outcomes buffered so far while the connections
+        send and the server stores the last batches.
+        """
+        calls: list[None] = []
+        units = SharedUnits(2, 10, RunStop(), lambda: calls.append(None))
+        units.extend([unit("A", 10), unit("B", 10, first=10)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(calls, [])
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
+        self.assertEqual(calls, [None])
+        self.assertIsNone(units.take(1, "A"))
+        self.assertEqual(calls, [None])
+        units.reset()
+        units.extend([unit("A", 10)])
+        taken(units, 1, None)
+        self.assertEqual(calls, [None, None])
+
     def test_nothingLeft(self) -> None:
         """
         With no unit left, a connection takes none.

@@ -280,7 +280,9 @@ class MigrationJob:
             name, destination, store, progress, clock, self._lifecycle, sides, retry, jitter,
             defer, self._stop,
         )  # fmt: skip
-        self._units = SharedUnits(settings.connections, settings.batchMessages, self._stop)
+        self._units = SharedUnits(
+            settings.connections, settings.batchMessages, self._stop, self._recorder.flush
+        )
         preparation = MessagePreparation(self._recorder, eightBit == "fail")
         loop = CopyLoop(
             name, source, settings, progress, self._recorder, preparation, self._units, sides,

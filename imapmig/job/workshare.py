@@ -8,7 +8,7 @@ and the budget found used up that ends the taking.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
@@ -30,13 +30,26 @@ class SharedUnits:
         takes or reads more.
     """
 
-    def __init__(self, connections: int, minimumShare: int, stop: RunStop) -> None:
+    def __init__(
+        self,
+        connections: int,
+        minimumShare: int,
+        stop: RunStop,
+        onExhausted: Callable[[], object] = lambda: None,
+    ) -> None:
         """
         @param connections: the job's connections (L{guidedShare}).
         @param minimumShare: the smallest share worth taking: the job's
             batch of messages.
         @param stop: the run's stop.
+        @param onExhausted: called once an attempt, when the last share
+            is taken: what is left to send is that share and what the
+            other connections hold.  The job records the outcomes buffered
+            so far then, while the server stores the last batches, rather
+            than all of them after the last reply.
         """
+        self._onExhausted = onExhausted
+        self._exhausted = False
         self._connections = connections
         self._minimumShare = minimumShare
         self.stop = stop
@@ -99,6 +112,9 @@ class SharedUnits:
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
         self._mailboxes[worker] = unit.mailbox
+        if not units and not self._exhausted:
+            self._exhausted = True
+            self._onExhausted()
         return unit
 
     def leave(self, worker: int) -> None:
@@ -153,3 +169,4 @@ class SharedUnits:
         self.clear()
         self._mailboxes.clear()
         self.limitReached = None
+        self._exhausted = False
