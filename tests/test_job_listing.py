@@ -60,8 +60,10 @@ class SideBySideListingTests(SynchronousTestCase):
     L{SourceListing.listSource} on an IMAP source.
     """
 
-    def listing(self, source: IMAPSource, stop: RunStop | None = None) -> SourceListing:
-        clock = Clock()
+    def listing(
+        self, source: IMAPSource, stop: RunStop | None = None, clock: Clock | None = None
+    ) -> SourceListing:
+        clock = clock or Clock()
         return SourceListing(
             "j",
             source,
@@ -141,3 +143,28 @@ class SideBySideListingTests(SynchronousTestCase):
         source.asked[1][1].errback(SourceError("late"))
         self.assertEqual(len(source.asked), 2)
         self.flushLoggedErrors(SourceError)
+
+    def test_connectionTurnBeforeFirstFolder(self) -> None:
+        """
+        While the destination connection is still opening, the reactor
+        runs once before the first folder is listed, not only between
+        folders: Twisted's TCP client issues its connect() on the
+        reactor's next turn, and a Maildir folder is listed without
+        yielding, so the first (largest) folder's listing would otherwise
+        hold the connection back.
+        """
+        clock = Clock()
+        source = _AnsweredSource(["INBOX", "Sent"], connections=1)
+        opening: Deferred[None] = Deferred()
+        result = Deferred.fromCoroutine(self.listing(source, clock=clock).listSource(opening))
+        self.assertEqual(source.asked, [])
+        clock.advance(0)
+        self.assertEqual([key for key, _ in source.asked], ["INBOX"])
+        source.asked[0][1].callback([])
+        self.assertEqual(len(source.asked), 1)
+        clock.advance(0)
+        self.assertEqual([key for key, _ in source.asked], ["INBOX", "Sent"])
+        opening.callback(None)
+        source.asked[1][1].callback([])
+        self.assertEqual(len(self.successResultOf(result)[0]), 2)
+        self.assertEqual(clock.getDelayedCalls(), [])

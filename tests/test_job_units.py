@@ -116,6 +116,23 @@ class WorkTests(SynchronousTestCase):
         self.assertEqual(chooseUnit(units, "C", set()), 2)
         self.assertEqual(chooseUnit(units[:3], None, set()), 0)
 
+    def test_chooseUnitMargin(self) -> None:
+        """
+        With a margin, a connection keeps to its selected mailbox only
+        while that has at least as many messages left as the largest free
+        one less the margin; without one, while it has any left.
+        """
+        folder = SourceFolder(("x",), "")
+        units = [
+            WorkUnit(folder, name, tuple(messages(*[1] * count)))
+            for name, count in (("A", 3), ("B", 6), ("C", 9))
+        ]
+        self.assertEqual(chooseUnit(units, "A", set()), 0)
+        self.assertEqual(chooseUnit(units, "A", set(), margin=5), 2)
+        self.assertEqual(chooseUnit(units, "A", {"C"}, margin=3), 0)
+        self.assertEqual(chooseUnit(units, "A", {"C"}, margin=2), 1)
+        self.assertEqual(chooseUnit(units, "B", set(), margin=3), 1)
+
     def test_guidedShare(self) -> None:
         """
         A share is a quarter of what is left with two connections (rounded

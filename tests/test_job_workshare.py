@@ -85,13 +85,69 @@ class SharingTests(SynchronousTestCase):
         self.assertEqual(taken(units, 2, None).mailbox, "B")
         self.assertIsNone(units.take(2, "B"))
         self.assertTrue(units)
-        # Connection 1 moves on from A: its claim goes with it.
-        units.extend([unit("C", 10, first=200)])
-        self.assertEqual(taken(units, 1, "C").mailbox, "C")
+        # Connection 1 moves on from A (to a mailbox with more left): its
+        # claim goes with it.
+        units.extend([unit("C", 200, first=200)])
+        self.assertEqual(taken(units, 1, "A").mailbox, "C")
         self.assertEqual(taken(units, 2, "B").mailbox, "A")
-        self.assertIsNone(units.take(1, "C"))
-        units.leave(2)
-        self.assertEqual(taken(units, 1, "C").mailbox, "A")
+        self.assertEqual(taken(units, 1, "C").mailbox, "C")
+        units.leave(1)
+        self.assertEqual(taken(units, 2, "A").mailbox, "A")
+        self.assertEqual(taken(units, 2, "A").mailbox, "C")
+
+    def test_leavesALargerRestToTheOthers(self) -> None:
+        """
+        With another connection at work, a connection moves to the free
+        mailbox with the most left when its own has fewer left by more
+        than a quarter of a share (at least the minimum share), and leaves
+        its own, claim and all, to the others: the rests stay even, and
+        the last mailboxes end together.  Within that margin it keeps to
+        its mailbox.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 45), unit("B", 40, first=100), unit("C", 60, first=200)])
+        self.assertEqual(len(taken(units, 1, None).messages), 37)
+        self.assertEqual(taken(units, 2, None).mailbox, "A")
+        # C, 1's, has 23 left; B, free, 40: more than 23 and the margin
+        # (10) by far.  1 moves to B.
+        self.assertEqual(taken(units, 1, "C").mailbox, "B")
+        # A, 2's, has 18 left; C, free since 1 left it, 23: within the
+        # margin.  2 keeps to A, and 1 to B.
+        self.assertEqual(taken(units, 2, "A").mailbox, "A")
+        self.assertEqual(taken(units, 1, "B").mailbox, "B")
+        # A has 3 left; C 23: 2 moves to C.
+        self.assertEqual(taken(units, 2, "A").mailbox, "C")
+
+    def test_aloneKeepsItsMailbox(self) -> None:
+        """
+        A connection alone (no other has a mailbox) keeps to its mailbox
+        while it has messages left, however many more another has: no
+        SELECT for nothing.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 20), unit("B", 300, first=100)])
+        self.assertEqual(taken(units, 1, "A").mailbox, "A")
+        self.assertEqual(taken(units, 1, "A").mailbox, "B")
+
+    def test_exhaustedOnceAnAttempt(self) -> None:
+        """
+        Taking the last share calls C{onExhausted}, once an attempt: the
+        job records the outcomes buffered so far while the connections
+        send and the server stores the last batches.
+        """
+        calls: list[None] = []
+        units = SharedUnits(2, 10, RunStop(), lambda: calls.append(None))
+        units.extend([unit("A", 10), unit("B", 10, first=10)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(calls, [])
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
+        self.assertEqual(calls, [None])
+        self.assertIsNone(units.take(1, "A"))
+        self.assertEqual(calls, [None])
+        units.reset()
+        units.extend([unit("A", 10)])
+        taken(units, 1, None)
+        self.assertEqual(calls, [None, None])
 
     def test_nothingLeft(self) -> None:
         """

@@ -65,8 +65,20 @@ class ExitWhenDoneTests(SynchronousTestCase):
 
     def setUp(self) -> None:
         self.reactor = _CoreReactor()
-        self.atExit: list[tuple[object, ...]] = []
-        self.patch(atexit, "register", lambda *args: self.atExit.append(args))
+        self.atExit: list[Callable[[], None]] = []
+        self.patch(atexit, "register", self.atExit.append)
+        self.exits: list[int] = []
+        self.patch(tap, "_exitStatusAtExit", self.exits.append)
+
+    def exited(self) -> list[int]:
+        """
+        Run the exit handlers L{tap.exitWhenDone} registered (one, at
+        once), as the interpreter does at exit; return the statuses the
+        process ended with.
+        """
+        self.assertEqual(len(self.atExit), 1)
+        self.atExit[0]()
+        return self.exits
 
     def test_beforeReactorRuns(self) -> None:
         """
@@ -78,17 +90,28 @@ class ExitWhenDoneTests(SynchronousTestCase):
         self.assertEqual(self.reactor.stops, 0)
         self.reactor.run()
         self.assertEqual(self.reactor.stops, 1)
-        self.assertEqual(self.atExit, [(tap._exitStatusAtExit, tap.EXIT_JOB_FAILED)])
+        self.assertEqual(self.exited(), [tap.EXIT_JOB_FAILED])
 
     def test_whileRunning(self) -> None:
         """
         A queue that drains while the reactor runs stops it at once; when
-        every job completed, the exit status is left at 0.
+        every job completed, the process ends with status 0 at exit,
+        without tearing the interpreter down.
         """
         self.reactor.run()
         tap.exitWhenDone(self.reactor)(True)
         self.assertEqual(self.reactor.stops, 1)
-        self.assertEqual(self.atExit, [])
+        self.assertEqual(self.exited(), [tap.EXIT_OK])
+
+    def test_exitHandlerRegisteredAtStart(self) -> None:
+        """
+        The exit handler is registered when C{--exit-when-done} is set up
+        (so that handlers registered later, the journald writer's flush,
+        run before it); a process that never drained its queue (stopped
+        by a signal) exits as Python does.
+        """
+        tap.exitWhenDone(self.reactor)
+        self.assertEqual(self.exited(), [])
 
     def test_alreadyStopping(self) -> None:
         """
@@ -99,7 +122,7 @@ class ExitWhenDoneTests(SynchronousTestCase):
         self.reactor.stop()
         tap.exitWhenDone(self.reactor)(False)
         self.assertEqual(self.reactor.stops, 1)
-        self.assertEqual(self.atExit, [(tap._exitStatusAtExit, tap.EXIT_JOB_FAILED)])
+        self.assertEqual(self.exited(), [tap.EXIT_JOB_FAILED])
 
 
 class _TriggerReactor:

@@ -2,7 +2,8 @@
 """
 Copying what one attempt of a job found left to copy, over the attempt's
 destination connections: the extra connections log in while the first
-prepares the destination (L{imapmig.job.destination}); each folder's
+prepares the destination (L{imapmig.job.destination}), on a first run from
+the listing on, as soon as what it found is worth them; each folder's
 pending messages are cut into units of work, shared by the connections
 (L{imapmig.job.workshare}), and each connection runs the copy loop
 (L{imapmig.job.sending}) until none is left.
@@ -33,6 +34,7 @@ from imapmig.job.sending import CopyLoop
 from imapmig.job.settings import JobSettings
 from imapmig.job.workshare import SharedUnits
 from imapmig.mail.folders import FolderRules
+from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.job.units import WorkUnit, cutUnits
 from imapmig.progress import JobProgress
 from imapmig.state import IStateStore
@@ -123,6 +125,36 @@ class ListedCopy:
         self._loop = loop
         self._openSession = openSession
         self._stop = units.stop
+        # The extra connections opened while the source was listed
+        # (L{listed}), for the attempt they were opened for; and what the
+        # listing found so far: folders with messages, messages, octets.
+        self._early: list[Deferred[IMAPSession | None]] = []
+        self._earlyFor: AttemptConnections | None = None
+        self._found = (0, 0, 0)
+
+    def listed(
+        self, attempt: AttemptConnections, folder: SourceFolder, messages: Sequence[SourceMessage]
+    ) -> None:
+        """
+        The listing of C{attempt} found C{messages} in C{folder}, all left
+        to copy (a first run): open the extra connections what was found so
+        far is worth (L{connectionsWorthOpening}) now, so that they log in
+        while the rest is listed and the destination prepared, rather than
+        once the plan is made.
+        """
+        if attempt is not self._earlyFor:
+            self._earlyFor, self._early, self._found = attempt, [], (0, 0, 0)
+        if not messages or folder.notMigrated is not None:
+            return
+        if len(self._early) >= self._settings.connections - 1:
+            return
+        folders, count, octets = self._found
+        self._found = (folders + 1, count + len(messages), octets + sum(m.size for m in messages))
+        wanted = connectionsWorthOpening(self._settings, *self._found)
+        while len(self._early) < wanted - 1 and not self._stop.requested:
+            opening = Deferred.fromCoroutine(self._openExtraSession(attempt))
+            attempt.openings.append(opening)
+            self._early.append(opening)
 
     async def copy(
         self,
@@ -216,23 +248,28 @@ class ListedCopy:
     ) -> list[Deferred[IMAPSession | None]]:
         """
         Start opening the extra connections C{listings} are worth
-        (L{connectionsWorthOpening}), given up with the attempt's other
-        openings.
+        (L{connectionsWorthOpening}) that the listing has not opened
+        already (L{listed}), given up with the attempt's other openings;
+        return every extra connection opening or open.
         """
         settings = self._settings
         # The other connections log in while the first prepares the
-        # destination: at 20 ms of RTT that overlaps about four round trips.
+        # destination (at 20 ms of RTT that overlaps about four round
+        # trips), or, on a first run, from the listing on.
         wanted = connectionsWorthOpening(
             settings,
             sum(1 for listing in listings if listing.pending),
             sum(len(listing.pending) for listing in listings),
             sum(m.size for listing in listings for m in listing.pending),
         )
+        early = self._early if attempt is self._earlyFor else []
+        self._earlyFor, self._early = None, []
         openings = [
-            Deferred.fromCoroutine(self._openExtraSession(attempt)) for _ in range(wanted - 1)
+            Deferred.fromCoroutine(self._openExtraSession(attempt))
+            for _ in range(wanted - 1 - len(early))
         ]
         attempt.openings.extend(openings)
-        return openings
+        return early + openings
 
     def _cutUnits(
         self, first: IMAPSession, prepared: PreparedDestination, overQuota: str | None

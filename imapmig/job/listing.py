@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_job, tests.test_job_readsteps, tests.test_job_unchanged -*-
+# -*- test-case-name: tests.test_job, tests.test_job_listing, tests.test_job_readsteps, tests.test_job_unchanged -*-
 """
 What a job finds in its source and has left to copy: the included folders
 listed (on a later pass of an IMAP source, only what changed since its
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from operator import attrgetter
-from typing import AbstractSet, Any, Iterator, Sequence
+from typing import AbstractSet, Any, Callable, Iterator, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
@@ -110,7 +110,11 @@ class SourceListing:
         self._skipping = False
         self._marked: set[str] = set()
 
-    async def listSource(self, opening: Deferred[Any]) -> tuple[list[Listed], list[str]]:
+    async def listSource(
+        self,
+        opening: Deferred[Any],
+        onListed: Callable[[SourceFolder, Sequence[SourceMessage]], object] | None = None,
+    ) -> tuple[list[Listed], list[str]]:
         """
         List the included source folders and their messages.
 
@@ -118,6 +122,9 @@ class SourceListing:
             meanwhile: while it is, the reactor runs between folders (a
             Maildir or mbox is listed without yielding), so that its
             greeting and login go on.
+        @param onListed: called with each folder listed and its messages,
+            as soon as it is (the job opens its extra connections as the
+            listing shows them worth it), or L{None}.
         @return: each folder's messages (and, on a delta pass, flag
             changes), and the folders that could not be read.
         """
@@ -138,10 +145,13 @@ class SourceListing:
             )
         self._order = {folder.key: index for index, folder in enumerate(included)}
         self._skipping = not await self._store.journal(self._job)
-        return await self._listFolders(included, opening)
+        return await self._listFolders(included, opening, onListed)
 
     async def _listFolders(
-        self, folders: Sequence[SourceFolder], opening: Deferred[Any]
+        self,
+        folders: Sequence[SourceFolder],
+        opening: Deferred[Any],
+        onListed: Callable[[SourceFolder, Sequence[SourceMessage]], object] | None,
     ) -> tuple[list[Listed], list[str]]:
         """
         List the messages of C{folders} (see L{listSource}): an IMAP
@@ -156,6 +166,15 @@ class SourceListing:
         listed: list[Listed] = []
         try:
             while True:
+                if not opening.called:
+                    # The reactor runs before each folder, the first too:
+                    # the connection's connect() is issued on the reactor's
+                    # next turn (Twisted's TCP client), and a Maildir
+                    # folder is listed without yielding, so the first
+                    # folder's listing (the largest, INBOX, about half of
+                    # the listing) would hold it back; the greeting and the
+                    # login then go on between folders.
+                    await deferLater(self._clock, 0)
                 self._askAhead(asked, following, window)
                 if not asked or self._stop.requested:
                     break
@@ -175,8 +194,8 @@ class SourceListing:
                     continue
                 if found is not None:
                     listed.append((folder, *found))
-                if not opening.called:
-                    await deferLater(self._clock, 0)
+                    if onListed is not None:
+                        onListed(folder, found[0])
         finally:
             # Asked ahead and no longer wanted (a stop, a failure): their
             # outcome is dropped.

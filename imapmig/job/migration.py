@@ -127,6 +127,32 @@ async def _ready(session: IMAPSession) -> IMAPSession:
     return session
 
 
+def _measurer(
+    source: IMessageSource, listed: Sequence[Listed]
+) -> Callable[[str, Sequence[str]], Awaitable[dict[str, tuple[int, bytes]]]]:
+    """
+    How the reconciliation measures journaled messages (L{reconcileJournal}):
+    read again from C{source} as C{listed}, each readable one's size and
+    journal head by key.
+    """
+    byFolder = {folder.key: (folder, {m.key: m for m in messages}) for folder, messages, _ in listed}
+
+    async def measure(folderKey: str, keys: Sequence[str]) -> dict[str, tuple[int, bytes]]:
+        known = byFolder.get(folderKey)
+        if known is None:
+            return {}
+        folder, messages = known
+        wanted = [messages[key] for key in keys if key in messages]
+        bodies = await source.readBodies(folder, wanted)
+        return {
+            message.key: (len(body), journalHead(body))
+            for message, body in zip(wanted, bodies)
+            if not isinstance(body, UnreadableMessage)
+        }
+
+    return measure
+
+
 class MigrationJob:
     """
     Copies one source into one destination account: runs of attempts
@@ -223,6 +249,9 @@ class MigrationJob:
         self._connectionsEnded = False
         # A takeover's: since when the old owner has sent nothing.
         self._quietSince = None if takeover is None else clock.seconds() - takeover
+        # Nothing in the destination when the run started: what the listing
+        # finds is what is left to copy (ListedCopy.listed).
+        self._nothingRecorded = False
         # Messages recorded as failed by this run: not tried again by its
         # later attempts.
         self._failedThisRun: set[tuple[str, str]] = set()
@@ -251,7 +280,9 @@ class MigrationJob:
             name, destination, store, progress, clock, self._lifecycle, sides, retry, jitter,
             defer, self._stop,
         )  # fmt: skip
-        self._units = SharedUnits(settings.connections, settings.batchMessages, self._stop)
+        self._units = SharedUnits(
+            settings.connections, settings.batchMessages, self._stop, self._recorder.flush
+        )
         preparation = MessagePreparation(self._recorder, eightBit == "fail")
         loop = CopyLoop(
             name, source, settings, progress, self._recorder, preparation, self._units, sides,
@@ -393,7 +424,9 @@ class MigrationJob:
         self._connectionsEnded = False
         self._recorder.startRun()
         self._failedThisRun = self._recorder.failedKeys
-        self._log.started(*await self._recordedBefore())
+        before = await self._recordedBefore()
+        self._nothingRecorded = before[0] == 0
+        self._log.started(*before)
         try:
             completed = await self._attempts()
         except LeaseLost as e:
@@ -534,7 +567,14 @@ class MigrationJob:
                 self._clock,
                 self._stop,
             )
-            listed, unreadable = await listing.listSource(opening)
+            # A first run's extra connections log in as the listing shows
+            # them worth it, not once it has ended; a later run's pending
+            # work is known only once the records are read (plan).
+            fresh = self._nothingRecorded and self._recorder.settledCount == 0
+            listed, unreadable = await listing.listSource(
+                opening,
+                (lambda f, m: self._copier.listed(attempt, f, m)) if fresh else None,
+            )
             entries = [] if self._stop.requested else await self._store.journal(self.name)
             if entries:
                 first = await opening
@@ -576,21 +616,7 @@ class MigrationJob:
         recorded as failed (it may be what makes the server drop the
         connection).
         """
-        byFolder = {folder.key: (folder, {m.key: m for m in messages}) for folder, messages, _ in listed}
-
-        async def measure(folderKey: str, keys: Sequence[str]) -> dict[str, tuple[int, bytes]]:
-            known = byFolder.get(folderKey)
-            if known is None:
-                return {}
-            folder, messages = known
-            wanted = [messages[key] for key in keys if key in messages]
-            bodies = await self._source.readBodies(folder, wanted)
-            return {
-                message.key: (len(body), journalHead(body))
-                for message, body in zip(wanted, bodies)
-                if not isinstance(body, UnreadableMessage)
-            }
-
+        measure = _measurer(self._source, listed)
         # A connection of this run given up may still be storing: wait for
         # a quiet destination; after a takeover too, less the quiet passed
         # (docs/fleet-design.md "Takeover").  An earlier run's: look at once.

@@ -58,7 +58,10 @@ def cutUnits(
 
 
 def chooseUnit(
-    units: Sequence[WorkUnit], current: str | None, inUse: Collection[str]
+    units: Sequence[WorkUnit],
+    current: str | None,
+    inUse: Collection[str],
+    margin: int | None = None,
 ) -> int:
     """
     Which unit a connection should take next: one of the mailbox it has
@@ -69,23 +72,40 @@ def chooseUnit(
     no connection is left alone with a large one at the end while the
     others have nothing to take); otherwise the first.
 
+    With a C{margin} (other connections are at work), the connection keeps
+    to its mailbox only while that has at least as many messages left as
+    the largest free one less C{margin}: otherwise it moves to that one
+    and leaves its own, larger than what the others could take, free for
+    them.  Sticking to its mailbox to the end, a connection in the largest
+    folder left the last folder to the other alone (realistic corpus:
+    INBOX of 2,481 messages against four of about 620, one connection
+    alone for the last 6-12% of the copy); moving to whichever free
+    mailbox has the most left keeps the mailboxes' rests even, so that
+    the last ones end together.
+
     @param units: the units left, not empty.
     @param current: the mailbox it has selected.
     @param inUse: mailboxes other connections have selected.
+    @param margin: how many more messages another free mailbox must have
+        left than its own for the connection to move there; L{None}:
+        it keeps to its own while that has any left.
     @return: the index of the chosen unit.
     """
     first: dict[str, int] = {}
     left: dict[str, int] = {}
     for index, unit in enumerate(units):
         mailbox = unit.mailbox
-        if mailbox == current:
+        if mailbox == current and margin is None:
             return index
         if mailbox not in inUse:
             first.setdefault(mailbox, index)
             left[mailbox] = left.get(mailbox, 0) + len(unit.messages)
     if not first:
         return 0
-    return first[max(first, key=lambda mailbox: (left[mailbox], -first[mailbox]))]
+    best = max(first, key=lambda mailbox: (left[mailbox], -first[mailbox]))
+    if current in first and margin is not None and left[current] + margin >= left[best]:
+        return first[current]
+    return first[best]
 
 
 def guidedShare(remaining: int, connections: int, minimum: int) -> int:

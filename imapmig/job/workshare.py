@@ -8,7 +8,7 @@ and the budget found used up that ends the taking.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
@@ -30,13 +30,26 @@ class SharedUnits:
         takes or reads more.
     """
 
-    def __init__(self, connections: int, minimumShare: int, stop: RunStop) -> None:
+    def __init__(
+        self,
+        connections: int,
+        minimumShare: int,
+        stop: RunStop,
+        onExhausted: Callable[[], object] = lambda: None,
+    ) -> None:
         """
         @param connections: the job's connections (L{guidedShare}).
         @param minimumShare: the smallest share worth taking: the job's
             batch of messages.
         @param stop: the run's stop.
+        @param onExhausted: called once an attempt, when the last share
+            is taken: what is left to send is that share and what the
+            other connections hold.  The job records the outcomes buffered
+            so far then, while the server stores the last batches, rather
+            than all of them after the last reply.
         """
+        self._onExhausted = onExhausted
+        self._exhausted = False
         self._connections = connections
         self._minimumShare = minimumShare
         self.stop = stop
@@ -64,7 +77,9 @@ class SharedUnits:
     def take(self, worker: int, current: str | None) -> WorkUnit | None:
         """
         The next share a connection takes: of its C{current} mailbox if it
-        can, else of a mailbox no other connection is appending to; a fair
+        can (with other connections at work, while no free mailbox has
+        more left than it by a quarter of a share or more: L{chooseUnit}),
+        else of a mailbox no other connection is appending to; a fair
         share of what is left, at least the minimum share (L{guidedShare}).
         Taking it makes its mailbox the connection's own until it takes
         one of another mailbox or leaves.
@@ -85,13 +100,21 @@ class SharedUnits:
         if not units:
             return None
         inUse = {m for w, m in self._mailboxes.items() if w != worker}
-        index = chooseUnit(units, current, inUse)
+        share = guidedShare(self._untaken, self._connections, self._minimumShare)
+        # With other connections at work, a connection moves to a free
+        # mailbox with a quarter of a share (and a batch) more left than
+        # its own: the rests stay even, and the last mailboxes end together.
+        # Alone, it keeps to its mailbox (no SELECT for nothing).
+        margin = max(self._minimumShare, share // 4) if inUse else None
+        index = chooseUnit(units, current, inUse, margin)
         if units[index].mailbox in inUse:
             return None
-        share = guidedShare(self._untaken, self._connections, self._minimumShare)
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
         self._mailboxes[worker] = unit.mailbox
+        if not units and not self._exhausted:
+            self._exhausted = True
+            self._onExhausted()
         return unit
 
     def leave(self, worker: int) -> None:
@@ -146,3 +169,4 @@ class SharedUnits:
         self.clear()
         self._mailboxes.clear()
         self.limitReached = None
+        self._exhausted = False
