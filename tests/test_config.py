@@ -279,7 +279,7 @@ class ValidConfigTests(ConfigTestCase):
                 PipelineConfig(
                     windowMessages=1000,
                     windowBytes=33554432,
-                    batchMessages=50,
+                    batchMessages=200,
                     batchBytes=8388608,
                 ),
             )

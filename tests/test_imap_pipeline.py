@@ -115,7 +115,8 @@ class HelperTests(SynchronousTestCase):
         L{imapmig.imap.pipeline._plainLiterals} writes the non-synchronizing
         literals from C{start} on, a bytearray body as a view of it (no
         copy), and stops at the first binary, synchronizing or large one,
-        returning its index.
+        or once about WRITE_GATHER octets are gathered, returning the index
+        reached and whether the gather stopped it.
         """
         from imapmig.imap.pipeline import STREAM_THRESHOLD, _plainLiterals
 
@@ -128,15 +129,17 @@ class HelperTests(SynchronousTestCase):
             OutgoingMessage(b"d", b" ()", None),
         ]
         out: list[object] = []
-        self.assertEqual(_plainLiterals(messages, 1, 100, out), 3)  # type: ignore[arg-type]
+        self.assertEqual(_plainLiterals(messages, 1, 100, out), (3, False))  # type: ignore[arg-type]
         self.assertEqual(out[:3], [b" (\\Seen) {1+}\r\n", b"a", b" () {3+}\r\n"])
         view = out[3]
         assert isinstance(view, memoryview)
         self.assertIs(view.obj, converted)
-        self.assertEqual(_plainLiterals(messages, 4, 100, []), 5)
-        self.assertEqual(_plainLiterals(messages, 4, 0, []), 4)
+        self.assertEqual(_plainLiterals(messages, 4, 100, []), (5, False))
+        self.assertEqual(_plainLiterals(messages, 4, 0, []), (4, False))
         large = [OutgoingMessage(b"x" * (STREAM_THRESHOLD + 1), b" ()", None)]
-        self.assertEqual(_plainLiterals(large, 0, 1 << 40, []), 0)
+        self.assertEqual(_plainLiterals(large, 0, 1 << 40, []), (0, False))
+        half = OutgoingMessage(b"h" * (WRITE_GATHER // 2), b" ()", None)
+        self.assertEqual(_plainLiterals([half, half, half], 0, 1 << 40, []), (2, True))
 
     def test_chooseLiteralMode(self) -> None:
         """
@@ -678,6 +681,44 @@ class FlowControlTests(SynchronousTestCase):
         self.assertEqual(len(written), 2)
         self.assertEqual(transport.value().count(b" APPEND "), 6)
         self.assertLess(max(written), WRITE_GATHER + size + 100)
+    def test_longCommandWrittenAGatherAtATime(self) -> None:
+        """
+        A MULTIAPPEND command longer than WRITE_GATHER is written a gather
+        at a time: a transport that pauses the pipeline after a write gets
+        no more of it, nor any other command, until it resumes the
+        pipeline, which is not between commands meanwhile (so nothing else,
+        a SELECT, may be written); the octets are those of one command.
+        """
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=10, windowMessages=100, windowBytes=1 << 30,
+            batchBytes=1 << 30,
+        )
+        size = WRITE_GATHER // 3 + 1
+        written: list[int] = []
+
+        def writeSequence(seq: list[bytes]) -> None:
+            written.append(sum(len(piece) for piece in seq))
+            StringTransport.write(transport, b"".join(seq))
+            pipeline.pauseProducing()  # the transport's buffer is full
+
+        self.patch(transport, "writeSequence", writeSequence)
+        pipeline.enqueue([message(str(n), b"x" * size) for n in range(10)])
+        flushed = pipeline.flushed()
+        self.assertEqual(len(written), 1)
+        self.assertLess(written[0], WRITE_GATHER + size + 100)
+        self.assertFalse(pipeline.betweenCommands)
+        while not pipeline.betweenCommands:
+            pipeline.resumeProducing()
+        self.assertLess(max(written), WRITE_GATHER + size + 100)
+        self.assertEqual(len(written), 4)
+        self.successResultOf(flushed)
+        expected = b'0001 APPEND "INBOX"' + b"".join(
+            b" {%d+}\r\n" % size + b"x" * size for n in range(10)
+        ) + b"\r\n"
+        self.assertEqual(transport.value(), expected)
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(len(outcomes.appended), 10)
+
     def test_hungry(self) -> None:
         """
         hungry() fires once fewer than two batches are queued.

@@ -438,7 +438,10 @@ class FallbackTests(TestCase):
             seed=7,
             folders=(("INBOX",), ("Archive",), ("Lists", "twisted")),
         )
-        config = _config(self, user, {"maildir": maildir}, _plainServer(instance))
+        # Batches of 50: a whole batch per connection, so both connections open.
+        config = _config(
+            self, user, {"maildir": maildir}, _plainServer(instance), batch_messages=50
+        )
         recorder = _Recorder(self)
 
         completed, progress = await _runService(config)
@@ -911,7 +914,9 @@ class RefusedMessageTests(TestCase):
             min(inbox) < culprit.internalDate < max(inbox) and len(inbox) < 50,
             (len(inbox), min(inbox), max(inbox)),
         )
-        config = _config(self, user, {"maildir": maildir}, _plainServer(instance))
+        config = _config(
+            self, user, {"maildir": maildir}, _plainServer(instance), batch_messages=50
+        )
         recorder = _Recorder(self)
 
         completed, progress = await _runService(config)

@@ -44,7 +44,7 @@ class _IntSetting:
 _CONNECTIONS = _IntSetting("connections", 2, 1, 32)
 _WINDOW_MESSAGES = _IntSetting("window_messages", 1000, 1, None)
 _WINDOW_BYTES = _IntSetting("window_bytes", 32 * 1024 * 1024, 65536, None)
-_BATCH_MESSAGES = _IntSetting("batch_messages", 50, 1, 1000)
+_BATCH_MESSAGES = _IntSetting("batch_messages", 200, 1, 1000)
 _BATCH_BYTES = _IntSetting("batch_bytes", 8 * 1024 * 1024, 1, None)
 _RETRY_ATTEMPTS = _IntSetting("retry_attempts", 10, 1, None)
 _RETRY_MAX_DELAY = _IntSetting("retry_max_delay", 300, 1, None)

@@ -161,24 +161,42 @@ _SYNC_ABOVE = {
 
 def _plainLiterals(
     messages: list[OutgoingMessage], start: int, syncAbove: int, out: list[Piece]
-) -> int:
+) -> tuple[int, bool]:
     """
     Append to C{out} the non-synchronizing literals of C{messages} from
     C{start} on, up to the first one that is binary, synchronizing, large
-    or streamed (which L{AppendPipeline._writeLiterals} writes); return
-    its index, or C{len(messages)}.  Five statements a message where the
-    general loop takes ten.
+    or streamed (which L{AppendPipeline._writeLiterals} writes), or until
+    about L{WRITE_GATHER} octets are gathered; return the index reached
+    (or C{len(messages)}) and whether the gather stopped there.  Five
+    statements a message where the general loop takes ten.
     """
     limit = min(syncAbove, STREAM_THRESHOLD)
     index = start
+    budget = WRITE_GATHER
     for message in messages[start:]:
+        if budget <= 0:
+            return index, True
         body = message.body
         if message.binary or len(body) > limit or isinstance(body, StreamedBody):
-            return index
+            return index, False
         out.append(b"%s {%d+}\r\n" % (message.arguments, len(body)))
         out.append(body if type(body) is bytes else memoryview(body))
+        budget -= len(body)
         index += 1
-    return index
+    return index, False
+
+
+def _appended(outcomes: AppendOutcomes, messages: list[OutgoingMessage], rest: bytes) -> None:
+    """
+    The server stored C{messages}: tell C{outcomes}; C{rest} is its reply
+    after C{OK}, with their UIDs where it carries an C{APPENDUID} for all of
+    them.
+    """
+    appendUID = parseAppendUID(rest, len(messages))
+    if appendUID is not None and len(appendUID[1]) == len(messages):
+        outcomes.messagesAppended(messages, appendUID[0], appendUID[1])
+    else:
+        outcomes.messagesAppended(messages, None, None)
 
 
 class _Waiters:
@@ -268,6 +286,8 @@ class AppendPipeline:
         self.bytesInFlight = 0
         self._blocked: _AppendCommand | None = None
         self._stream: _LiteralStream | None = None
+        # A command written up to a gather: where the rest of it starts.
+        self._resume: tuple[_AppendCommand, int] | None = None
         self._paused = False
         self._failure: Failure | None = None
         self._drained = _Waiters()
@@ -327,7 +347,7 @@ class AppendPipeline:
         command may be written now (no synchronizing literal awaits its
         continuation, no large literal is half-written).
         """
-        return self._blocked is None and self._stream is None
+        return self._blocked is None and self._stream is None and self._resume is None
 
     def enqueue(self, messages: Iterable[OutgoingMessage]) -> None:
         """
@@ -416,6 +436,17 @@ class AppendPipeline:
             if self._stream is not None:
                 self._writeSlice(self._stream, out)
                 continue
+            if self._resume is not None:
+                # The rest of a long command, a gather at a time, each only
+                # while the transport takes more: its buffer holds one.
+                if out:
+                    self._write(out)
+                    if self._paused:
+                        break
+                command, index = self._resume
+                self._resume = None
+                self._writeLiterals(command, index, out)
+                continue
             if self._blocked is not None:
                 break
             batch = self._pending.next(self.messagesInFlight, self.bytesInFlight)
@@ -426,12 +457,7 @@ class AppendPipeline:
                 self._write(out)
                 gathered = 0
         if out:
-            # As _write does, inline: the hot path's write (one comparison).
-            deadline = self._deadline
-            if deadline is not None and deadline.passed():
-                self._deadlinePassed()
-                return
-            self._writer.writeSequence(out)
+            self._write(out)
         # Each condition is computed only where some wait: this runs after
         # every write and every reply.
         if self._hungry.waiting and self._pending.hungry:
@@ -536,7 +562,11 @@ class AppendPipeline:
         syncAbove = self._syncAbove
         if not start:
             out.append(b"%s APPEND %s" % (command.tag, messages[0].mailbox))
-        for index in range(_plainLiterals(messages, start, syncAbove, out), len(messages)):
+        reached, gathered = _plainLiterals(messages, start, syncAbove, out)
+        if gathered:
+            self._resume = (command, reached)
+            return
+        for index in range(reached, len(messages)):
             message = messages[index]
             size = len(message.body)
             prefix = message.arguments
@@ -596,18 +626,11 @@ class AppendPipeline:
             return
         status, _, rest = text.partition(b" ")
         if status.upper() == b"BYE":
-            self._bye(rest)
+            error = classifyBye(rest).error("APPEND")
+            assert error is not None
+            self._fail(error)
         elif text.startswith((b"NO", b"BAD")) or b"[ALERT]" in text:
             self._log.warn("Server says: {text}", text=excerpt(text), session=self._client.peer)
-
-    def _bye(self, text: bytes) -> None:
-        """
-        The server said C{BYE} (C{text} after it): the pipeline fails with
-        what that means.
-        """
-        error = classifyBye(text).error("APPEND")
-        assert error is not None
-        self._fail(error)
 
     def taggedReceived(self, tag: bytes, text: bytes) -> None:
         """
@@ -624,7 +647,7 @@ class AppendPipeline:
         self._landed(command)
         status, _, rest = text.partition(b" ")
         if status == b"OK":
-            self._appended(command.messages, rest)
+            _appended(self._outcomes, command.messages, rest)
         else:
             self._refused(command.messages, status, rest)
         self._pump([])
@@ -650,17 +673,6 @@ class AppendPipeline:
         if self._blocked is command:
             # Refused before the server asked for the rest of it.
             self._blocked = None
-
-    def _appended(self, messages: list[OutgoingMessage], rest: bytes) -> None:
-        """
-        The server stored C{messages}; C{rest} is its reply after C{OK},
-        with their UIDs where it carries an C{APPENDUID} for all of them.
-        """
-        appendUID = parseAppendUID(rest, len(messages))
-        if appendUID is not None and len(appendUID[1]) == len(messages):
-            self._outcomes.messagesAppended(messages, appendUID[0], appendUID[1])
-        else:
-            self._outcomes.messagesAppended(messages, None, None)
 
     def _refused(self, messages: list[OutgoingMessage], status: bytes, rest: bytes) -> None:
         """

@@ -47,7 +47,7 @@ class JobSettings:
     """
 
     connections: int = 2
-    batchMessages: int = 50
+    batchMessages: int = 200
     batchBytes: int = 8 * 1024 * 1024
     windowMessages: int = 1000
     windowBytes: int = 32 * 1024 * 1024
