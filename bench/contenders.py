@@ -459,6 +459,25 @@ CONTENDERS: dict[str, Contender] = {
             " number of connections",
         ),
         Contender(
+            "raw-multi200",
+            "raw MULTIAPPEND 200",
+            slow=False,
+            raw=False,
+            build=_raw(select=True, batch=200),
+            applies=_multiappend,
+            note="into INBOX only, after SELECT; imapmig's default batch (batch_messages)",
+        ),
+        Contender(
+            "raw-multi200-2",
+            "raw MULTIAPPEND 200, 2 connections",
+            slow=False,
+            raw=False,
+            build=_raw(select=True, batch=200, connections=2, mailboxPerConnection=True),
+            applies=_multiappend,
+            note="one mailbox per connection (INBOX, INBOX-1), after SELECT; imapmig's default"
+            " batch and number of connections",
+        ),
+        Contender(
             "raw-wait",
             "raw 1/APPEND, waits before a sync literal",
             slow=False,
@@ -486,7 +505,8 @@ CONTENDERS: dict[str, Contender] = {
 
 # What each part of the matrix runs by default.
 MAIN_CLIENTS = ("imaplib", "imaplib-nodelay", "twisted", "mbsync", "imapmig-1", "imapmig",
-                "raw", "raw-select", "raw-multi50", "raw-multi50-2")  # fmt: skip
+                "raw", "raw-select", "raw-multi50", "raw-multi50-2", "raw-multi200",
+                "raw-multi200-2")  # fmt: skip
 SERVER_CLIENTS = ("imapmig-1", "imapmig", "imapmig-4", "raw", "raw-select", "raw-multi50")
 COMPRESS_CLIENTS = ("imapmig-compress-off", "imapmig-compress-on", "raw-multi50")
 # imapmig's default is 2 connections: each is compared with the raw writer

@@ -37,6 +37,7 @@ from bench.summary import (
     MISSED,
     NEVER,
     ONE_CONNECTION,
+    ONE_SAME_BATCH,
     QUEUED_RSS,
     README,
     README_BEGIN,
@@ -45,6 +46,7 @@ from bench.summary import (
     STARTUP,
     SUMMARY,
     TWO_CONNECTIONS,
+    TWO_SAME_BATCH,
     PartClock,
     PartRecord,
     RunContext,
@@ -127,6 +129,20 @@ class LineTests(SynchronousTestCase):
         self.assertTrue(lines[TWO_CONNECTIONS].source.endswith("part main"))
         self.assertEqual(lines[SERVER_TO_SERVER].measured[:5], "0.50x")
         self.assertNotIn(ONE_CONNECTION, lines)
+
+    def test_sameBatchBeside(self) -> None:
+        """
+        The raw writer with imapmig's batch (MULTIAPPEND 200) is shown
+        beside the acceptance's, without a verdict.
+        """
+        rows = [figure("main", "imapmig", 9600), figure("main", "raw-multi50-2", 10000),
+                figure("main", "raw-multi200-2", 12000)]  # fmt: skip
+        lines = {line.what: line for line in figureLines(rows, context(main=RECORD))}
+        self.assertEqual(lines[TWO_CONNECTIONS].verdict, MET)
+        beside = lines[TWO_SAME_BATCH]
+        self.assertEqual((beside.measured[:5], beside.verdict, beside.target),
+                         ("0.80x", "—", "beside"))  # fmt: skip
+        self.assertNotIn(ONE_SAME_BATCH, lines)
 
     def test_failedRows(self) -> None:
         """
