@@ -36,7 +36,9 @@ store is on tmpfs (loopback):
 
 An IMAP source is read once before the first pass (C{doveadm mailbox
 status} of every folder's messages and virtual size), so that no run pays
-for building the source's indexes.
+for building the source's indexes; a Maildir's files are read once
+(L{warmMaildir}), so that no run reads them from the disk (the raw
+client, which runs after imapmig, always found them in the page cache).
 
 The targets (checked against the smallest size of the same layout):
 imapmig's CPU per message within 10% of it, peak RSS under 500 MB, the
@@ -209,6 +211,25 @@ def _listingCostsHere(maildir: str) -> tuple[float, float]:
     return listing, time.process_time() - started
 
 
+def warmMaildir(maildir: str) -> int:
+    """
+    Read every file under C{maildir} once, so that the page cache holds
+    them when the first pass runs, as it does for the raw client after it
+    (a corpus of 500,000 files, 2 GB, read from the disk cost imapmig's
+    first pass the kernel's time of reading it, its system CPU a message
+    rising with it; at 5,000 the corpus is always cached).
+
+    @return: the octets read.
+    """
+    octets = 0
+    for directory, _, names in os.walk(maildir):
+        for name in names:
+            with open(os.path.join(directory, name), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    octets += len(chunk)
+    return octets
+
+
 def runRaw(rawBinary: str, port: int, account: str, corpus: BuiltCorpus, runDir: str) -> Measured:
     """
     The raw client over C{corpus}, each folder into its own mailbox (the
@@ -267,7 +288,9 @@ def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
     try:
         config: Callable[[str, int, str, str], str] = imapmigConfig
         source, emptySource = corpus.path, emptyCorpus(workDir).path
-        if via == "imap":
+        if via != "imap":
+            warmMaildir(corpus.path)
+        else:
             config = imapSourceConfig
             source, emptySource = server.freshAccount(), server.freshAccount()
             server.loadMaildir(source, corpus.path)

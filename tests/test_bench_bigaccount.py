@@ -139,3 +139,16 @@ class SourceRowTests(SynchronousTestCase):
         listing, census = listingCosts(bigAccountCorpus(self.mktemp(), 40, "spread").path)
         self.assertGreater(listing, 0)
         self.assertGreater(census, 0)
+
+    def test_warmMaildir(self) -> None:
+        """
+        Every file of the Maildir, its folders' included, is read once
+        before the first pass.
+        """
+        from bench.bigaccount import warmMaildir
+
+        corpus = bigAccountCorpus(self.mktemp(), 40, "spread")
+        sizes = [os.path.getsize(os.path.join(directory, name))
+                 for directory, _, names in os.walk(corpus.path) for name in names]  # fmt: skip
+        self.assertGreaterEqual(len(sizes), 40)
+        self.assertEqual(warmMaildir(corpus.path), sum(sizes))
