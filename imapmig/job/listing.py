@@ -117,8 +117,9 @@ class SourceListing:
         List the included source folders and their messages.
 
         @param opening: the first destination connection, logging in
-            meanwhile: while it is, the reactor runs between folders (a
-            Maildir or mbox is listed without yielding), so that its
+            meanwhile: while it is, the reactor runs between folders (an
+            mbox is listed without yielding, a Maildir folder in turns of
+            L{imapmig.sources.maildir.LISTING_TURN} files), so that its
             greeting and login go on.
         @return: each folder's messages (and, on a delta pass, flag
             changes), and the folders that could not be read.
