@@ -52,15 +52,17 @@ def reusingSettings(processes: int) -> list[str]:
 class _ReusingDovecot(DovecotInstance):
     """
     A L{DovecotInstance} in Dovecot's high-performance mode
-    (L{reusingSettings}).
+    (L{reusingSettings}), or with more settings at the end.
     """
 
-    def __init__(self, baseDir: str, *, processes: int, **kwargs: Any) -> None:
+    def __init__(self, baseDir: str, *, processes: int, more: list[str], **kwargs: Any) -> None:
         super().__init__(baseDir, **kwargs)
         self._processes = processes
+        self._more = more
 
     def _optionalSettings(self) -> list[str]:
-        return super()._optionalSettings() + reusingSettings(self._processes)
+        reusing = reusingSettings(self._processes) if self._processes > 0 else []
+        return super()._optionalSettings() + reusing + self._more
 
 
 @frozen
@@ -202,6 +204,7 @@ class BenchServer:
         inNamespace: Callable[[str, list[str]], list[str]] | None,
         preload: str | None = None,
         reuseProcesses: int = 0,
+        imapMemory: str | None = None,
     ) -> None:
         """
         @param baseDir: the instance's directory.
@@ -222,6 +225,10 @@ class BenchServer:
             high-performance mode (L{reusingSettings}) with this many
             C{imap-login} and C{imap} processes kept started; 0 (Dovecot's
             default): a process of each per connection.
+        @param imapMemory: the C{imap} processes' C{vsz_limit} (Dovecot's
+            default, 256 MB, is too small for a mailbox of 500,000
+            messages read over IMAP: the process dies "Out of memory"),
+            or L{None} for the default.
         """
         self._names = [f"b{i:05d}" for i in range(accounts)]
         self._next = 0
@@ -237,9 +244,10 @@ class BenchServer:
             compress=compress, address=address, commandPrefix=prefix, preload=preload,
         )  # fmt: skip
         self.reuseProcesses = reuseProcesses
+        more = [] if imapMemory is None else ["service imap {", f"  vsz_limit = {imapMemory}", "}"]
         self._instance: DovecotInstance = (
-            DovecotInstance(baseDir, **options) if reuseProcesses <= 0
-            else _ReusingDovecot(baseDir, processes=reuseProcesses, **options)
+            DovecotInstance(baseDir, **options) if reuseProcesses <= 0 and not more
+            else _ReusingDovecot(baseDir, processes=reuseProcesses, more=more, **options)
         )  # fmt: skip
 
     @property

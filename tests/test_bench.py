@@ -705,6 +705,23 @@ class FleetScaleOutTests(SynchronousTestCase):
         self.assertNotIn("  service_count = 0", default._instance._optionalSettings())
         self.assertEqual((reusing.reuseProcesses, default.reuseProcesses), (12, 0))
 
+    def test_serverImapMemory(self) -> None:
+        """
+        The server's C{imap} processes may be given more memory than
+        Dovecot's default C{vsz_limit}; by default they are not.
+        """
+        options: dict[str, Any] = dict(
+            accounts=1, fsync=False, mailRoot=None, capabilities=None, compress=False,
+            namespace=None, address="127.0.0.1", inNamespace=None,
+        )  # fmt: skip
+        roomy = BenchServer(self.mktemp(), imapMemory="2G", **options)
+        self.assertEqual(roomy._instance._optionalSettings()[-3:],
+                         ["service imap {", "  vsz_limit = 2G", "}"])  # fmt: skip
+        both = BenchServer(self.mktemp(), imapMemory="1G", reuseProcesses=2, **options)
+        self.assertEqual(both._instance._optionalSettings()[-11:-3], reusingSettings(2))
+        default = BenchServer(self.mktemp(), **options)
+        self.assertFalse([s for s in default._instance._optionalSettings() if "vsz_limit" in s])
+
     def test_cpuTable(self) -> None:
         """
         Where each number of daemons' CPU went: the medians over its

@@ -139,3 +139,27 @@ class SourceRowTests(SynchronousTestCase):
         listing, census = listingCosts(bigAccountCorpus(self.mktemp(), 40, "spread").path)
         self.assertGreater(listing, 0)
         self.assertGreater(census, 0)
+
+    def test_warmMaildir(self) -> None:
+        """
+        Every file of the Maildir, its folders' included, is read once
+        before the first pass.
+        """
+        from bench.bigaccount import warmMaildir
+
+        corpus = bigAccountCorpus(self.mktemp(), 40, "spread")
+        sizes = [os.path.getsize(os.path.join(directory, name))
+                 for directory, _, names in os.walk(corpus.path) for name in names]  # fmt: skip
+        self.assertGreaterEqual(len(sizes), 40)
+        self.assertEqual(warmMaildir(corpus.path), sum(sizes))
+
+    def test_leastCpu(self) -> None:
+        """
+        Of repeated first passes, the one with the least CPU is kept, as
+        the least of the empty runs is: a failed run does not count.
+        """
+        from bench.bigaccount import leastCpu
+
+        runs = [Measured(2.0, 0.80, 50, 0), Measured(1.0, 0.60, 50, 1), Measured(2.5, 0.70, 51, 0)]
+        self.assertEqual(leastCpu(runs), runs[2])
+        self.assertEqual(leastCpu(runs[1:2]), runs[1])

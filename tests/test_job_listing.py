@@ -5,10 +5,11 @@ listed side by side over its connections.
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
-from twisted.internet.defer import Deferred, succeed
-from twisted.internet.task import Clock
+from twisted.internet.defer import Deferred, ensureDeferred, succeed
+from twisted.internet.task import Clock, Cooperator
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.errors import SourceError
@@ -19,6 +20,7 @@ from imapmig.mail.folders import FolderRules
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.progress import JobProgress
 from imapmig.sources.imap import IMAPSource
+from imapmig.sources.maildir import MaildirSource
 from imapmig.state.memory import MemoryStateStore
 
 
@@ -168,3 +170,51 @@ class SideBySideListingTests(SynchronousTestCase):
         source.asked[1][1].callback([])
         self.assertEqual(len(self.successResultOf(result)[0]), 2)
         self.assertEqual(clock.getDelayedCalls(), [])
+
+
+class _InTurnsMaildir(MaildirSource):
+    """
+    A Maildir source listing one file a turn.
+    """
+
+    def listMessagesInTurns(
+        self, folder: SourceFolder, cooperator: Cooperator, turn: int = 1
+    ) -> Deferred[Sequence[SourceMessage]]:
+        return super().listMessagesInTurns(folder, cooperator, 1)
+
+
+class MaildirInTurnsTests(SynchronousTestCase):
+    """
+    L{SourceListing.listSource} lists a Maildir folder in turns of the
+    job's reactor.
+    """
+
+    def test_reactorRunsWhileListing(self) -> None:
+        """
+        A Maildir folder of more files than a turn takes is listed over
+        turns of the job's reactor: the listing is not done until it has
+        run.
+        """
+        root = self.mktemp()
+        for subdir in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(root, subdir))
+        for n in range(3):
+            with open(os.path.join(root, "cur", f"170000000{n}.m{n}.host:2,S"), "wb") as f:
+                f.write(b"Subject: x\n\nbody\n")
+        clock = Clock()
+        listing = SourceListing(
+            "j",
+            _InTurnsMaildir(root),
+            MemoryStateStore(),
+            FolderRules(),
+            JobProgress("j", clock.seconds),
+            clock,
+            RunStop(),
+        )
+        listed = ensureDeferred(listing.listSource(succeed(None)))
+        self.assertNoResult(listed)
+        clock.advance(0)
+        [(folder, messages, changes)], unreadable = self.successResultOf(listed)
+        self.assertEqual(folder.key, "")
+        self.assertEqual(len(messages), 3)
+        self.assertEqual((changes, unreadable), ((), []))

@@ -14,12 +14,13 @@ import time
 from typing import Any, Callable, Sequence
 
 from twisted.internet.defer import Deferred
+from twisted.internet.task import Cooperator
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.job import JobSettings, MigrationJob
 from imapmig.job.listing import RACY_WINDOW
 from imapmig.mail.message import SourceFolder, SourceMessage
-from imapmig.sources.maildir import MaildirSource
+from imapmig.sources.maildir import LISTING_TURN, MaildirSource
 from imapmig.state import JournalMessage
 from tests.test_job import JOB, USER, JobHarness, appendLines, memoryOpener
 from tests.test_sources_labelviews import ALL_MAIL, GMAIL_USER, GmailAccount, _populate
@@ -66,9 +67,11 @@ class _CountingMaildir(MaildirSource):
         self.listed: list[str] = []
         self.fixed: tuple[str, float] | None = None
 
-    def listMessages(self, folder: SourceFolder) -> Deferred[Sequence[SourceMessage]]:
+    def listMessagesInTurns(
+        self, folder: SourceFolder, cooperator: Cooperator, turn: int = LISTING_TURN
+    ) -> Deferred[Sequence[SourceMessage]]:
         self.listed.append(folder.key)
-        return super().listMessages(folder)
+        return super().listMessagesInTurns(folder, cooperator, turn)
 
     def fingerprint(self, folder: SourceFolder) -> tuple[str, float] | None:
         return self.fixed if self.fixed is not None else super().fingerprint(folder)

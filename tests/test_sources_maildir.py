@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 import stat
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import Callable, Sequence
 
+from twisted.internet.interfaces import IDelayedCall
+from twisted.internet.task import Clock, Cooperator
 from twisted.logger import LogLevel, capturedLogs, formatEvent
 from twisted.trial.unittest import SynchronousTestCase
 from zope.interface.verify import verifyObject
@@ -1313,3 +1315,83 @@ class FingerprintTests(MaildirTestCase):
         assert fingerprint is not None
         self.assertTrue(fingerprint[0].endswith("new -"))
         self.assertIsNone(MaildirSource(root).fingerprint(SourceFolder(("x",), "x/y")))
+
+
+class ListingInTurnsTests(MaildirTestCase):
+    """
+    L{MaildirSource.listMessagesInTurns} lists a large folder in turns,
+    the reactor running between them, and gives what L{listMessages}
+    gives.
+    """
+
+    def cooperator(self) -> tuple[list[Callable[[], object]], Cooperator]:
+        """
+        A cooperator that runs one step of its task per turn of the
+        reactor, each turn given to the returned list to run.
+        """
+        turns: list[Callable[[], object]] = []
+        clock = Clock()
+
+        def schedule(work: Callable[[], object]) -> IDelayedCall:
+            turns.append(work)
+            return clock.callLater(0, lambda: None)
+
+        cooperator = Cooperator(terminationPredicateFactory=lambda: lambda: True, scheduler=schedule)
+        return turns, cooperator
+
+    def described(self, messages: Sequence[SourceMessage]) -> list[tuple[object, ...]]:
+        return [(m.key, m.flags, m.internalDate, m.size) for m in messages]
+
+    def test_inTurns(self) -> None:
+        """
+        A folder of more files than a turn takes is listed over several
+        turns of the reactor, not at once; the listing is the one
+        L{listMessages} gives (duplicates keyed apart, oldest first), and
+        its files are read through it.
+        """
+        root = self.maildir()
+        for n in range(7):
+            deliver(root, "cur", f"17000000{n:02d}.m{n}.host,S=17:2,S")
+        deliver(root, "new", "1700000003.m3.host,S=17")
+        deliver(root, "new", "1700000050.late.host")
+        scheduled, cooperator = self.cooperator()
+        source = MaildirSource(root)
+        listing = source.listMessagesInTurns(INBOX, cooperator, turn=2)
+        turns = 0
+        while not listing.called:
+            self.assertLess(turns, 50)
+            scheduled.pop(0)()
+            turns += 1
+        # Nine files two a turn: a scan of cur/ in four turns and new/ in
+        # one, their rows in five, the messages made in five.
+        self.assertGreater(turns, 5)
+        messages = self.successResultOf(listing)
+        self.assertEqual(
+            self.described(messages), self.described(self.messages(MaildirSource(root)))
+        )
+        self.assertEqual(len(messages), 9)
+        self.assertEqual(self.bodies(source, messages)[0], b"Subject: x\r\n\r\nbody\r\n")
+
+    def test_smallAtOnce(self) -> None:
+        """
+        A folder of no more files than a turn takes is listed at once:
+        nothing waits for the reactor.
+        """
+        root = self.maildir()
+        deliver(root, "cur", "1700000000.a.host:2,S")
+        deliver(root, "new", "1700000001.b.host")
+        scheduled, cooperator = self.cooperator()
+        listing = MaildirSource(root).listMessagesInTurns(INBOX, cooperator, turn=2)
+        self.assertEqual([m.key for m in self.successResultOf(listing)],
+                         ["1700000000.a.host", "1700000001.b.host"])  # fmt: skip
+        self.assertEqual(scheduled, [])
+
+    def test_missing(self) -> None:
+        """
+        A folder that is gone fails the listing at once with
+        L{SourceError}, as L{listMessages} does.
+        """
+        _, cooperator = self.cooperator()
+        source = MaildirSource(self.maildir())
+        missing = SourceFolder(path=("Gone",), key=".Gone")
+        self.failureResultOf(source.listMessagesInTurns(missing, cooperator), SourceError)

@@ -15,7 +15,7 @@ from typing import AbstractSet, Any, Callable, Iterator, Sequence
 
 from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IReactorTime
-from twisted.internet.task import deferLater
+from twisted.internet.task import Cooperator, deferLater
 from twisted.logger import Logger
 
 from imapmig.errors import SourceError
@@ -100,6 +100,8 @@ class SourceListing:
         self._rules = rules
         self._progress = progress
         self._clock = clock
+        # Lists a large Maildir folder in turns, the reactor running between.
+        self._cooperator = Cooperator(scheduler=lambda work: clock.callLater(0, work))
         self._stop = stop
         self._deltaCounts: dict[str, int] = {}
         self._excluded: list[str] = []
@@ -119,8 +121,9 @@ class SourceListing:
         List the included source folders and their messages.
 
         @param opening: the first destination connection, logging in
-            meanwhile: while it is, the reactor runs between folders (a
-            Maildir or mbox is listed without yielding), so that its
+            meanwhile: while it is, the reactor runs between folders (an
+            mbox is listed without yielding, a Maildir folder in turns of
+            L{imapmig.sources.maildir.LISTING_TURN} files), so that its
             greeting and login go on.
         @param onListed: called with each folder listed and its messages,
             as soon as it is (the job opens its extra connections as the
@@ -420,7 +423,7 @@ class SourceListing:
             return None
         if taken is not None and taken[1] < self._clock.seconds() - RACY_WINDOW:
             self._fingerprints[folder.key] = taken[0]
-        return await source.listMessages(folder), ()
+        return await source.listMessagesInTurns(folder, self._cooperator), ()
 
     def _unchangedProgress(self, folder: SourceFolder, mark: FolderMark) -> FolderProgress:
         """

@@ -13,11 +13,13 @@ files are sent from the open file, a slice at a time).
 from __future__ import annotations
 
 import os
+import sys
 from datetime import datetime, timezone
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Generator, Iterator, Sequence
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.task import Cooperator
 from zope.interface import implementer
 
 from imapmig.errors import SourceError
@@ -49,9 +51,13 @@ from imapmig.sources.maildir.names import (
     sizeField,
 )
 from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
-from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder
+from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder, scanInTurns
 
-__all__ = ["MaildirSource"]
+__all__ = ["LISTING_TURN", "MaildirSource"]
+
+# How many files listMessagesInTurns lists in one turn (a few milliseconds'
+# work) before the reactor runs again.
+LISTING_TURN = 2000
 
 # Where listMessages sorts a message with no date: before any date.
 _UNDATED = float("-inf")
@@ -223,19 +229,72 @@ class MaildirSource:
         """
         return settled(self._listMessages, folder)
 
+    def listMessagesInTurns(
+        self, folder: SourceFolder, cooperator: Cooperator, turn: int = LISTING_TURN
+    ) -> Deferred[Sequence[SourceMessage]]:
+        """
+        L{listMessages}, letting the reactor run while a large folder is
+        listed: up to C{turn} files are listed at once, and a folder of
+        more in turns that C{cooperator} runs (500,000 files listed at
+        once held the reactor 4.4 s, 33 s on a loaded machine: the status
+        site unanswered, a connection's timeout fired).  The first turn
+        runs before this returns: a folder of fewer files has fired.
+        """
+        listed: list[Sequence[SourceMessage]] = []
+        turns = self._listingTurns(folder, turn, listed)
+        try:
+            next(turns)
+        except StopIteration:
+            return succeed(listed[0])
+        except SourceError as e:
+            return fail(e)
+        return cooperator.coiterate(turns).addCallback(lambda _: listed[0])
+
     def _listMessages(self, folder: SourceFolder) -> Sequence[SourceMessage]:
         """
-        The messages of C{folder} (L{listMessages}).
+        The messages of C{folder} (L{listMessages}), at once.
         """
-        opened, scanned = self._open(folder)
+        listed: list[Sequence[SourceMessage]] = []
+        for _ in self._listingTurns(folder, sys.maxsize, listed):
+            pass
+        return listed[0]
+
+    def _listingTurns(
+        self, folder: SourceFolder, turn: int, listed: list[Sequence[SourceMessage]]
+    ) -> Iterator[None]:
+        """
+        List C{folder} into C{listed}, yielding between turns of C{turn}
+        files, and remember where each message's file is.
+
+        @raise SourceError: the folder is gone or cannot be listed.
+        """
+        opened = OpenFolder(self.path, self._relativeOf(folder))
         with opened:
+            _mustBeFound(opened, self.path)
+            scanned: list[Scanned] = []
+            try:
+                yield from scanInTurns(opened, scanned, turn)
+            except OSError as e:
+                raise _unreadable(opened, e) from e
+            files = self._messageFiles[folder.key] = FolderFiles(opened.relative, [])
             flags = Memo(partial(flagsOf, keywords=readKeywords(opened.tree, opened.relative)))
-            rows = [_row(opened, flags, each) for each in scanned]
-        # Sorted as tuples (keys are unique, so the flags are never
-        # compared): undated first (as if dated minus infinity); a file
-        # dated before 1970 (a negative mtime) keeps its date.
-        rows.sort()
-        return _listed(rows)
+            runs: list[list[_Row]] = []
+            for start in range(0, len(scanned), turn):
+                if start:
+                    yield None
+                part = scanned[start : start + turn]
+                files.add(part)
+                run = [_row(opened, flags, each) for each in part]
+                run.sort()
+                runs.append(run)
+        del scanned
+        rows = yield from _merged(runs)
+        messages: list[SourceMessage] = []
+        for start in range(0, len(rows), turn):
+            if start:
+                yield None
+            messages += _listed(rows[start : start + turn])
+        listed.append(messages)
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
@@ -284,16 +343,30 @@ def _scan(opened: OpenFolder, root: str) -> list[Scanned]:
     @param root: the Maildir.
     @raise SourceError: it is gone or cannot be listed.
     """
+    _mustBeFound(opened, root)
+    try:
+        return scanFolder(opened)
+    except OSError as e:
+        raise _unreadable(opened, e) from e
+
+
+def _mustBeFound(opened: OpenFolder, root: str) -> None:
+    """
+    @raise SourceError: the open folder has neither C{cur/} nor C{new/}.
+    """
     if not opened.found:
         if linksToNothing(os.path.join(root, opened.relative)):
             raise SourceError(
                 f"cannot list the Maildir folder {opened.shown}: symbolic link to nothing"
             )
         raise SourceError(f"no such Maildir folder: {opened.shown} (no cur/ or new/)")
-    try:
-        return scanFolder(opened)
-    except OSError as e:
-        raise SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(e)}") from e
+
+
+def _unreadable(opened: OpenFolder, error: OSError) -> SourceError:
+    """
+    The error of a folder whose C{cur/} or C{new/} cannot be read.
+    """
+    return SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(error)}")
 
 
 def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
@@ -320,6 +393,30 @@ def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
             when = status.st_mtime if when is None else when
             size = status.st_size if size is None else size
     return (_UNDATED if when is None else when, key, flags[letters], size, when)
+
+
+def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
+    """
+    The rows of sorted C{runs}, sorted, two runs merged a turn (a sort of
+    a list of two sorted runs merges them): a turn takes no longer than
+    merging the last two halves, and the whole no more work than one sort
+    of sorted runs.
+
+    Rows are sorted as tuples (keys are unique, so the flags are never
+    compared): undated first (as if dated minus infinity); a file dated
+    before 1970 (a negative mtime) keeps its date.
+    """
+    while len(runs) > 1:
+        merged = []
+        for index in range(0, len(runs) - 1, 2):
+            pair = runs[index] + runs[index + 1]
+            pair.sort()
+            merged.append(pair)
+            yield None
+        if len(runs) % 2:
+            merged.append(runs[-1])
+        runs = merged
+    return runs[0] if runs else []
 
 
 def _listed(rows: list[_Row]) -> list[SourceMessage]:

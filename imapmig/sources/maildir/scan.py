@@ -8,12 +8,15 @@ which grew too big to read).
 from __future__ import annotations
 
 import os
+import sys
+from itertools import islice
+from typing import Iterator
 
 from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir.names import splitName
 from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 
-__all__ = ["FolderFiles", "Scanned", "scanFolder"]
+__all__ = ["FolderFiles", "Scanned", "scanFolder", "scanInTurns"]
 
 # (key, unique part, index into SUBDIRS, file name, flag letters or None,
 # what it is if not a regular file)
@@ -43,52 +46,73 @@ def scanFolder(folder: OpenFolder) -> list[Scanned]:
     @return: the files, in no particular order.
     @raise OSError: C{cur/} or C{new/} cannot be read.
     """
+    scanned: list[Scanned] = []
+    for _ in scanInTurns(folder, scanned):
+        pass
+    return scanned
+
+
+def scanInTurns(folder: OpenFolder, scanned: list[Scanned], turn: int = sys.maxsize) -> Iterator[None]:
+    """
+    L{scanFolder}, in turns: yields after each C{turn} entries read from
+    C{cur/} or C{new/} while more may follow (a listing of a large folder
+    lets the reactor run between turns), and puts the files in
+    C{scanned} once done.
+
+    @raise OSError: C{cur/} or C{new/} cannot be read.
+    """
     first: dict[str, Scanned] = {}
     duplicates: dict[str, list[Scanned]] = {}
     for index, fd in enumerate(folder.descriptors):
-        if fd is not None:
-            _scanSubdirectory(folder, index, fd, first, duplicates)
-    result = list(first.values())
+        if fd is None:
+            continue
+        with os.scandir(fd) as entries:
+            while _scanSubdirectory(folder, index, islice(entries, turn), first, duplicates) == turn:
+                yield None
     if not duplicates:
-        return result
-    return [s for s in result if s[0] not in duplicates] + _keyedApart(duplicates)
+        scanned.extend(first.values())
+        return
+    scanned.extend(s for s in first.values() if s[0] not in duplicates)
+    scanned.extend(_keyedApart(duplicates))
 
 
 def _scanSubdirectory(
     folder: OpenFolder,
     index: int,
-    fd: int,
+    entries: Iterator[os.DirEntry[str]],
     first: dict[str, Scanned],
     duplicates: dict[str, list[Scanned]],
-) -> None:
+) -> int:
     """
-    Scan C{cur/} or C{new/} into C{first} (per unique part, its first
+    Scan C{entries} of C{cur/} or C{new/} into C{first} (per unique part, its first
     file) and C{duplicates} (per unique part found more than once, all its
     files).
 
     @param index: the subdirectory's index into L{SUBDIRS}.
-    @param fd: the subdirectory, open.
+    @return: how many entries were read.
     """
     # Once per file, so inline: a regular file costs no call beyond
     # splitName's.
-    with os.scandir(fd) as entries:
-        for entry in entries:
-            name = entry.name
-            if name.startswith("."):
+    read = 0
+    for entry in entries:
+        read += 1
+        name = entry.name
+        if name.startswith("."):
+            continue
+        irregular = None
+        if not entry.is_file(follow_symlinks=False):
+            irregular = folder.classify(index, entry)
+            if irregular is None:
                 continue
-            irregular = None
-            if not entry.is_file(follow_symlinks=False):
-                irregular = folder.classify(index, entry)
-                if irregular is None:
-                    continue
-            unique, letters = splitName(name)
-            if not unique.isascii() or "%" in unique:
-                unique = carriedName(unique)
-            scanned = (unique, unique, index, name, letters, irregular)
-            if unique in first:
-                duplicates.setdefault(unique, [first[unique]]).append(scanned)
-            else:
-                first[unique] = scanned
+        unique, letters = splitName(name)
+        if not unique.isascii() or "%" in unique:
+            unique = carriedName(unique)
+        scanned = (unique, unique, index, name, letters, irregular)
+        if unique in first:
+            duplicates.setdefault(unique, [first[unique]]).append(scanned)
+        else:
+            first[unique] = scanned
+    return read
 
 
 def _keyedApart(duplicates: dict[str, list[Scanned]]) -> list[Scanned]:
@@ -125,6 +149,12 @@ class FolderFiles:
         self.relative = relative
         self._names: tuple[dict[str, str], ...] = tuple({} for _ in SUBDIRS)
         self._irregular: dict[str, Irregular] = {}
+        self.add(scanned)
+
+    def add(self, scanned: list[Scanned]) -> None:
+        """
+        Where more files are (a listing's next turn).
+        """
         for key, _, index, name, _, irregular in scanned:
             self._names[index][key] = name
             if irregular is not None:
