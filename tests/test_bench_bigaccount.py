@@ -7,10 +7,11 @@ verdicts.
 from __future__ import annotations
 
 import os
+import sys
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from bench.bigaccount import BigRow, Measured, table, verdicts
+from bench.bigaccount import BigRow, Measured, measure, table, verdicts
 from bench.clients.maildir import folders
 from bench.corpora import BIG_FOLDERS, bigAccountCorpus, powerLawSizes
 from bench.run import parseArguments
@@ -163,3 +164,19 @@ class SourceRowTests(SynchronousTestCase):
         runs = [Measured(2.0, 0.80, 50, 0), Measured(1.0, 0.60, 50, 1), Measured(2.5, 0.70, 51, 0)]
         self.assertEqual(leastCpu(runs), runs[2])
         self.assertEqual(leastCpu(runs[1:2]), runs[1])
+
+
+class MeasureTests(SynchronousTestCase):
+    def test_peakRssIsTheChildsOwn(self) -> None:
+        """
+        A process measured while this one holds 300 MB reports its own
+        peak RSS, not this process's (the timer forks it, not this
+        process), with its exit status.
+        """
+        held = bytearray(300 * 1024 * 1024)
+        held[::4096] = b"x" * len(held[::4096])
+        log = self.mktemp()
+        measured = measure([sys.executable, "-c", "import sys; sys.exit(3)"], log)
+        self.assertEqual(measured.status, 3)
+        self.assertLess(measured.maxRssMiB, 100)
+        self.assertGreater(len(held), 0)
