@@ -207,6 +207,26 @@ def _raw(
     return build
 
 
+def _rawMulti(batch: int, oneNote: str, twoNote: str) -> tuple[Contender, Contender]:
+    """
+    The raw writer sending MULTIAPPEND batches of C{batch} after SELECT:
+    on one connection (C{raw-multiN}, the ceiling when C{batch} is 50,
+    issue 3's), and on two, one mailbox each (C{raw-multiN-2}: issue 17's and
+    31's reference for imapmig's default 2 connections).
+    """
+    return (
+        Contender(f"raw-multi{batch}", f"raw MULTIAPPEND {batch}", slow=False, raw=batch == 50,
+                  build=_raw(select=True, batch=batch), applies=_multiappend,
+                  note=f"into INBOX only, after SELECT{oneNote}"),
+        Contender(f"raw-multi{batch}-2", f"raw MULTIAPPEND {batch}, 2 connections", slow=False,
+                  raw=False,
+                  build=_raw(select=True, batch=batch, connections=2, mailboxPerConnection=True),
+                  applies=_multiappend,
+                  note="one mailbox per connection (INBOX, INBOX-1), after SELECT; imapmig's"
+                  f" default {twoNote}"),
+    )  # fmt: skip
+
+
 def _mbsync(invocation: Invocation) -> list[str]:
     # mbsync renames the Maildir's files (it writes UIDs into their names)
     # and keeps its state: give it a copy made of hard links.
@@ -437,46 +457,8 @@ CONTENDERS: dict[str, Contender] = {
             build=_raw(select=True, batch=1),
             note="into INBOX only",
         ),
-        Contender(
-            "raw-multi50",
-            "raw MULTIAPPEND 50",
-            slow=False,
-            raw=True,
-            build=_raw(select=True, batch=50),
-            applies=_multiappend,
-            note="into INBOX only, after SELECT",
-        ),
-        Contender(
-            "raw-multi50-2",
-            "raw MULTIAPPEND 50, 2 connections",
-            slow=False,
-            # Not a ceiling: issue 3's targets are against the raw writer on
-            # one connection; issue 17's compares imapmig with this one.
-            raw=False,
-            build=_raw(select=True, batch=50, connections=2, mailboxPerConnection=True),
-            applies=_multiappend,
-            note="one mailbox per connection (INBOX, INBOX-1), after SELECT; imapmig's default"
-            " number of connections",
-        ),
-        Contender(
-            "raw-multi200",
-            "raw MULTIAPPEND 200",
-            slow=False,
-            raw=False,
-            build=_raw(select=True, batch=200),
-            applies=_multiappend,
-            note="into INBOX only, after SELECT; imapmig's default batch (batch_messages)",
-        ),
-        Contender(
-            "raw-multi200-2",
-            "raw MULTIAPPEND 200, 2 connections",
-            slow=False,
-            raw=False,
-            build=_raw(select=True, batch=200, connections=2, mailboxPerConnection=True),
-            applies=_multiappend,
-            note="one mailbox per connection (INBOX, INBOX-1), after SELECT; imapmig's default"
-            " batch and number of connections",
-        ),
+        *_rawMulti(50, "", "number of connections"),
+        *_rawMulti(200, "; imapmig's default batch (batch_messages)", "batch and number of connections"),
         Contender(
             "raw-wait",
             "raw 1/APPEND, waits before a sync literal",

@@ -655,6 +655,21 @@ class FlowControlTests(SynchronousTestCase):
         self.assertEqual(transport.take(), b'0001 APPEND "INBOX" {1+}\r\nA\r\n')
 
 
+    def pausedAfterEachWrite(self, transport: StringTransport, pipeline: AppendPipeline) -> list[int]:
+        """
+        Have C{transport} pause C{pipeline} after each write (its buffer
+        full), and return the list of the octets of each write.
+        """
+        written: list[int] = []
+
+        def writeSequence(seq: list[bytes]) -> None:
+            written.append(sum(len(piece) for piece in seq))
+            StringTransport.write(transport, b"".join(seq))
+            pipeline.pauseProducing()  # the transport's buffer is full
+
+        self.patch(transport, "writeSequence", writeSequence)
+        return written
+
     def test_writesAboutOneGatherBeforeBackpressure(self) -> None:
         """
         Commands are gathered into writes of about WRITE_GATHER octets, and
@@ -666,14 +681,7 @@ class FlowControlTests(SynchronousTestCase):
             LiteralMode.PLUS, windowMessages=100, windowBytes=1 << 30
         )
         size = WRITE_GATHER // 3 + 1
-        written: list[int] = []
-
-        def writeSequence(seq: list[bytes]) -> None:
-            written.append(sum(len(piece) for piece in seq))
-            StringTransport.write(transport, b"".join(seq))
-            pipeline.pauseProducing()  # the transport's buffer is full
-
-        self.patch(transport, "writeSequence", writeSequence)
+        written = self.pausedAfterEachWrite(transport, pipeline)
         pipeline.enqueue([message(str(n), b"x" * size) for n in range(10)])
         self.assertEqual(len(written), 1)
         self.assertEqual(transport.value().count(b" APPEND "), 3)
@@ -694,14 +702,7 @@ class FlowControlTests(SynchronousTestCase):
             batchBytes=1 << 30,
         )
         size = WRITE_GATHER // 3 + 1
-        written: list[int] = []
-
-        def writeSequence(seq: list[bytes]) -> None:
-            written.append(sum(len(piece) for piece in seq))
-            StringTransport.write(transport, b"".join(seq))
-            pipeline.pauseProducing()  # the transport's buffer is full
-
-        self.patch(transport, "writeSequence", writeSequence)
+        written = self.pausedAfterEachWrite(transport, pipeline)
         pipeline.enqueue([message(str(n), b"x" * size) for n in range(10)])
         flushed = pipeline.flushed()
         self.assertEqual(len(written), 1)
