@@ -347,6 +347,12 @@ class ServerRoundTripTests(TestCase):
         self.assertEqual(again, first, "the rerun appended")
         rerun = reportJobs(self, config, JOBS)
         for job in JOBS:
+            # A folder's mark is recorded only once its Maildir fingerprint
+            # is older than RACY_WINDOW: whether the first pass came within
+            # it of the corpus's making is timing (a loaded machine), so the
+            # folders marked are not compared.
+            report[job].pop("folders")
+            rerun[job].pop("folders")
             before, after = report[job].pop("timeline"), rerun[job].pop("timeline")
             self.assertEqual(after[: len(before)], before, f"{job}: the rerun rewrote the timeline")
             self.assertEqual(after[len(before)]["from"], "queued", after[len(before) :])
