@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_session,tests.test_imap_client,tests.test_cleartext -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_client,tests.test_cleartext,tests.test_job_retry -*-
 """
 The session edge's error mapping: Twisted's IMAP, TLS and connection
 errors become L{imapmig.errors} exceptions here, once; and the awaiting of
@@ -135,6 +135,13 @@ async def mapped(command: str, d: Deferred[T]) -> T:
         ours = _lostOrTLS(command, e)
         if ours is None:
             raise
+        # Twisted's reasons for a closed connection are shared instances
+        # (twisted.internet.main.CONNECTION_DONE, CONNECTION_LOST): the
+        # traceback this raise left on one would keep this frame, the
+        # error raised from it, and every frame that error passes through
+        # (a job's listing among their locals) alive for the process's
+        # life, one attempt more at each connection lost.
+        e.__traceback__ = None
         raise ours from None
 
 
