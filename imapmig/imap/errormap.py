@@ -135,12 +135,11 @@ async def mapped(command: str, d: Deferred[T]) -> T:
         ours = _lostOrTLS(command, e)
         if ours is None:
             raise
-        # Twisted's reasons for a closed connection are shared instances
-        # (twisted.internet.main.CONNECTION_DONE, CONNECTION_LOST): the
-        # traceback this raise left on one would keep this frame, the
-        # error raised from it, and every frame that error passes through
-        # (a job's listing among their locals) alive for the process's
-        # life, one attempt more at each connection lost.
+        # The traceback this raise left on Twisted's error would keep this
+        # frame, the error raised from it and every frame that error
+        # passes through (a job's listing among their locals) alive as
+        # long as the connection that holds it, or, for Twisted's shared
+        # endings (see imapmig.imap.connection._ownReason), for good.
         e.__traceback__ = None
         raise ours from None
 
