@@ -124,8 +124,10 @@ class FailedAttemptsLeftAliveTests(SynchronousTestCase):
         destination = harness.endpoint.pump
 
         def pump(until: Callable[[], bool] = lambda: False) -> None:
-            destination(until)
-            source.pump(until)
+            # Each side's bytes move the other's: both, until both are quiet.
+            for _ in range(100):
+                destination(until)
+                source.pump(until)
 
         harness.endpoint.pump = pump  # type: ignore[method-assign]
         self.assertTrue(harness.run(harness.job(retry=RetryPolicy(attempts=100))))
