@@ -514,6 +514,25 @@ class ConnectionLossTests(SynchronousTestCase):
         error = self.failureResultOf(later, ProtocolError).value
         self.assertIn("a reply with an unknown tag", describeConnectionLoss(error))
 
+    def test_sharedEndingMadeOwn(self) -> None:
+        """
+        Twisted ends connections with shared instances
+        (C{twisted.internet.main.CONNECTION_DONE}): what each connection's
+        pending commands fail with is an error of its own, of the same
+        class and text, so that a traceback left on it by one attempt is
+        not taken on by the next.
+        """
+        shared = ConnectionDone("Connection done")
+        errors = []
+        for _ in range(2):
+            client, transport, clock = greeted()
+            pending = client.sendPipelined(b"NOOP")
+            client.connectionLost(Failure(shared))
+            errors.append(self.failureResultOf(pending, ConnectionDone).value)
+        self.assertNotIn(shared, errors)
+        self.assertIsNot(errors[0], errors[1])
+        self.assertEqual([e.args for e in errors], [shared.args, shared.args])
+
     def test_serverBye(self) -> None:
         """
         A BYE outside LOGOUT fails what is pending with L{ServerBye} at

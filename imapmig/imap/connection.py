@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_client -*-
+# -*- test-case-name: tests.test_imap_client,tests.test_job_retry -*-
 """
 One connection to an IMAP server, as the migration's client holds it: its
 life (greeting, TLS handshake, close, abort, who ended it), the reply
@@ -11,9 +11,11 @@ client's commands); taken out of the client's one class of 979 lines.
 
 from __future__ import annotations
 
+import copy
 from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 from twisted.internet.defer import Deferred, fail
+from twisted.internet.error import ConnectionClosed
 from twisted.internet.interfaces import IHandshakeListener, IPushProducer, IReactorTime
 from twisted.logger import Logger
 from twisted.mail.imap4 import Command, IMAP4Client
@@ -225,7 +227,7 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         self._tls.completed()
 
     def connectionLost(self, reason: Failure) -> None:  # type: ignore[override]
-        self._failAll(self._lossReason(reason))
+        self._failAll(self._lossReason(_ownReason(reason)))
         if self._deadline is not None:
             self._deadline.disarm()
         if not self.closed.called:
@@ -531,3 +533,19 @@ class IMAPConnection(LinearLineReceiver, IMAP4Client):
         Whether the kernel is told to acknowledge each read at once.
         """
         return self._acks is not None and self._acks.active
+
+
+def _ownReason(reason: Failure) -> Failure:
+    """
+    C{reason} with an error of this connection's own.  Twisted ends
+    connections with shared instances (C{twisted.internet.main}'s
+    C{CONNECTION_DONE} and C{CONNECTION_LOST}); raised where a command
+    waited, one keeps that traceback, and the next L{Failure} made of it
+    takes it on (and adds to it): every failed attempt's frames (a job's
+    listing among their locals) stayed alive for the process's life.
+    Only those endings are copied: their constructors take only their
+    arguments.
+    """
+    if not isinstance(reason.value, ConnectionClosed):
+        return reason
+    return Failure(copy.copy(reason.value).with_traceback(None))

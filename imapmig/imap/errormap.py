@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_imap_session,tests.test_imap_client,tests.test_cleartext -*-
+# -*- test-case-name: tests.test_imap_session,tests.test_imap_client,tests.test_cleartext,tests.test_job_retry -*-
 """
 The session edge's error mapping: Twisted's IMAP, TLS and connection
 errors become L{imapmig.errors} exceptions here, once; and the awaiting of
@@ -135,6 +135,12 @@ async def mapped(command: str, d: Deferred[T]) -> T:
         ours = _lostOrTLS(command, e)
         if ours is None:
             raise
+        # The traceback this raise left on Twisted's error would keep this
+        # frame, the error raised from it and every frame that error
+        # passes through (a job's listing among their locals) alive as
+        # long as the connection that holds it, or, for Twisted's shared
+        # endings (see imapmig.imap.connection._ownReason), for good.
+        e.__traceback__ = None
         raise ours from None
 
 

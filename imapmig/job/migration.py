@@ -465,6 +465,7 @@ class MigrationJob:
             if not await self._retries.afterFailure(error, progressed):
                 self.deferredUntil = self._retries.deferredUntil
                 return False
+            del error  # Not held through the next attempt: its traceback holds this one's listing.
 
     async def _completed(self) -> None:
         """
