@@ -117,15 +117,14 @@ _LITERAL = 2
 # The first line of the response to a body fetch as servers write it
 # (C{* 12 FETCH (UID 34 BODY[] {5678}}): read without the tokenizer, which
 # would find the same elements.  Anything else takes the general path.
-_BODY_START = re.compile(
-    rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\Z"
+_BODY_LINE_PATTERN = (
+    rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}"
 )
+_BODY_START = re.compile(_BODY_LINE_PATTERN + rb"\Z")
 
 # The same line at a position in a read, its CRLF behind it: where one body
 # response ends in a read and the next begins (L{FetchResponseParser.bodiesAt}).
-_BODY_LINE = re.compile(
-    rb"\* ([0-9]{1,10}) FETCH \((UID) ([0-9]{1,10}) (BODY\[\]|BINARY\[\]) ~?\{([0-9]{1,18})\}\r\n"
-)
+_BODY_LINE = re.compile(_BODY_LINE_PATTERN + rb"\r\n")
 
 
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
