@@ -239,6 +239,53 @@ class PipelineTests(SynchronousTestCase):
         self.assertEqual(transport._tempDataLen, 0)
 
 
+    def test_pausedAndResumedByGather(self) -> None:
+        """
+        A pipeline whose write the socket takes only in part is paused by
+        its transport, and resumed by L{gather}'s C{doWrite} once what was
+        held is sent; every command leaves whole and in order, a
+        C{LOGOUT} written with the transport's C{write} after the last
+        APPEND behind them all.
+        """
+        from twisted.internet.task import Clock
+
+        from imapmig.imap.client import MigrationIMAP4Client
+        from imapmig.imap.outgoing import LiteralMode, OutgoingMessage, PipelineSettings
+        from imapmig.imap.pipeline import AppendPipeline
+
+        transport, sock, writer = _fakeConnection(room=1 << 30)
+        client = MigrationIMAP4Client(Clock())
+        client.makeConnection(transport)
+        client.dataReceived(b"* OK [CAPABILITY IMAP4rev1 LITERAL+] ready\r\n")
+        sock.room = 1000
+        settings = PipelineSettings(LiteralMode.PLUS, 1, 1 << 20, 100, 1 << 30)
+        pipeline = AppendPipeline(client, settings, _NoOutcomes())
+        # writerFor gives a real socket's transport this writer.
+        pipeline._writer = writer
+        pipeline.selectMailbox("INBOX")
+        bodies = [bytes([65 + i]) * 200_000 for i in range(3)]
+        pipeline.enqueue([OutgoingMessage(body, b"", "m") for body in bodies])
+        # Paused after the first write: the rest of it is held.
+        self.assertEqual(len(sock.calls), 1)
+        self.assertTrue(pipeline._paused)
+        self.assertGreater(transport._tempDataLen, transport.bufferSize)
+        for piece in transport._tempDataBuffer:
+            self.assertTrue(_isUncopied(piece, bodies) or len(piece) < 100)
+        for _ in range(10):
+            sock.room = 150_000
+            transport.doWrite()
+        transport.write(b"0004 LOGOUT\r\n")
+        sock.room = 1 << 30
+        transport.doWrite()
+        expected = b"".join(
+            b'%04d APPEND "INBOX" {200000+}\r\n%s\r\n' % (i + 1, body)
+            for i, body in enumerate(bodies)
+        )
+        self.assertEqual(sock.wire(), expected + b"0004 LOGOUT\r\n")
+        self.assertEqual(transport._tempDataLen, 0)
+        self.assertFalse(pipeline._paused)
+
+
 class _NoOutcomes:
     """
     Outcomes nobody reads.
@@ -335,6 +382,9 @@ class _FakeSocket:
 
     def shutdown(self, how: int) -> None:
         self.shutdowns.append(how)
+
+    def setsockopt(self, *args: object) -> None:
+        pass
 
     def wire(self) -> bytes:
         return b"".join(self.received)
