@@ -375,13 +375,22 @@ class AppendPipeline:
         Fires when everything queued has been written and the pipeline is
         L{betweenCommands}: then another command may be written.
         """
-        return self._when(self._isFlushed(), self._flushed)
+        return self._whenSent(self._when(self._isFlushed(), self._flushed))
 
     def drained(self) -> Deferred[None]:
         """
         Fires when every queued message has its outcome.
         """
-        return self._when(self.idle, self._drained)
+        return self._whenSent(self._when(self.idle, self._drained))
+
+    def _whenSent(self, waiter: Deferred[None]) -> Deferred[None]:
+        """
+        C{waiter}, after sending what was held for more (a batch cut short
+        by the end of the queue): nothing more comes before it fires.
+        """
+        if not waiter.called:
+            self._pump([])
+        return waiter
 
     def _when(self, ready: bool, waiters: _Waiters) -> Deferred[None]:
         """
@@ -434,6 +443,9 @@ class AppendPipeline:
             whose continuation just arrived), written first.
         """
         gathered = 0
+        # A batch cut short by the end of the queue waits for more while
+        # replies are due, unless the caller waits for what it queued.
+        short = bool(self._flushed.waiting or self._drained.waiting)
         while not self._paused:
             if self._stream is not None:
                 self._writeSlice(self._stream, out)
@@ -451,7 +463,7 @@ class AppendPipeline:
                 continue
             if self._blocked is not None:
                 break
-            batch = self._pending.next(self.messagesInFlight, self.bytesInFlight)
+            batch = self._pending.next(self.messagesInFlight, self.bytesInFlight, short)
             if batch is None:
                 break
             gathered += self._writeCommand(batch[0], batch[1], out)
