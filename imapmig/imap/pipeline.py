@@ -375,33 +375,28 @@ class AppendPipeline:
         Fires when everything queued has been written and the pipeline is
         L{betweenCommands}: then another command may be written.
         """
-        return self._whenSent(self._when(self._isFlushed(), self._flushed))
+        return self._when(self._isFlushed(), self._flushed)
 
     def drained(self) -> Deferred[None]:
         """
         Fires when every queued message has its outcome.
         """
-        return self._whenSent(self._when(self.idle, self._drained))
-
-    def _whenSent(self, waiter: Deferred[None]) -> Deferred[None]:
-        """
-        C{waiter}, after sending what was held for more (a batch cut short
-        by the end of the queue): nothing more comes before it fires.
-        """
-        if not waiter.called:
-            self._pump([])
-        return waiter
+        return self._when(self.idle, self._drained)
 
     def _when(self, ready: bool, waiters: _Waiters) -> Deferred[None]:
         """
         Fired now if C{ready}, else when C{waiters} fire; failed if the
-        pipeline has failed.
+        pipeline has failed.  One waiting for what it queued adds nothing
+        meanwhile: a batch held for more (SendQueue.next) goes now.
         """
         if self._failure is not None:
             return fail(self._failure)
         if ready:
             return succeed(None)
-        return waiters.wait()
+        waiter = waiters.wait()
+        if waiters is not self._hungry:
+            self._pump([])
+        return waiter
 
     def _isFlushed(self) -> bool:
         """
@@ -443,8 +438,7 @@ class AppendPipeline:
             whose continuation just arrived), written first.
         """
         gathered = 0
-        # A batch cut short by the end of the queue waits for more while
-        # replies are due, unless the caller waits for what it queued.
+        # A short batch waits for more unless the caller waits (SendQueue.next).
         short = bool(self._flushed.waiting or self._drained.waiting)
         while not self._paused:
             if self._stream is not None:
