@@ -725,9 +725,10 @@ class FlowControlTests(SynchronousTestCase):
 
     def test_shortBatchWaitsForMore(self) -> None:
         """
-        While a reply is due, a batch cut short by the end of the queue
-        waits: more messages make it whole; the last reply due, or a
-        caller waiting for what it queued, sends what there is.
+        While a batch's worth is in flight, a batch cut short by the end
+        of the queue waits: more messages make it whole; with less in
+        flight (the replies due arrived), or a caller waiting for what it
+        queued, what there is goes.
         """
         transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=3)
         pipeline.enqueue([message(str(n), b"m") for n in range(4)])
@@ -741,12 +742,16 @@ class FlowControlTests(SynchronousTestCase):
         client.dataReceived(b"0002 OK ok\r\n")
         self.assertEqual(transport.take(), b'0003 APPEND "INBOX" {1+}\r\nm\r\n')
         pipeline.enqueue([message("7", b"m")])
+        self.assertEqual(transport.take(), b'0004 APPEND "INBOX" {1+}\r\nm\r\n')
+        pipeline.enqueue([message(str(n), b"m") for n in range(8, 11)])
+        self.assertEqual(transport.take().count(b" {1+}"), 3)
+        pipeline.enqueue([message("11", b"m")])
         self.assertEqual(transport.take(), b"")
         drained = pipeline.drained()
-        self.assertEqual(transport.take(), b'0004 APPEND "INBOX" {1+}\r\nm\r\n')
-        client.dataReceived(b"0003 OK ok\r\n0004 OK ok\r\n")
+        self.assertEqual(transport.take(), b'0006 APPEND "INBOX" {1+}\r\nm\r\n')
+        client.dataReceived(b"0003 OK ok\r\n0004 OK ok\r\n0005 OK ok\r\n0006 OK ok\r\n")
         self.successResultOf(drained)
-        self.assertEqual(len(outcomes.appended), 8)
+        self.assertEqual(len(outcomes.appended), 12)
 
     def test_hungry(self) -> None:
         """

@@ -151,13 +151,23 @@ class ShortBatchTests(SynchronousTestCase):
 
     def test_heldWhileRepliesDue(self) -> None:
         """
-        Less than a batch queued, with replies due: nothing goes, unless
-        C{short}.
+        Less than a batch queued, with a batch's worth in flight (in
+        messages or in octets): nothing goes, unless C{short}.
         """
-        queue = SendQueue(settings(batchMessages=3))
+        queue = SendQueue(settings(batchMessages=3, batchBytes=1000))
         queue.add(messages(1, 1), b'"INBOX"')
-        self.assertIsNone(queue.next(2, 10, short=False))
-        self.assertEqual(origins(queue.next(2, 10, short=True)), ([0, 1], 2))
+        self.assertIsNone(queue.next(3, 10, short=False))
+        self.assertIsNone(queue.next(1, 1000, short=False))
+        self.assertEqual(origins(queue.next(3, 10, short=True)), ([0, 1], 2))
+
+    def test_goesWithLessInFlight(self) -> None:
+        """
+        With less than a batch's worth in flight the short batch goes at
+        once: a slower source's steps keep the server fed.
+        """
+        queue = SendQueue(settings(batchMessages=3, batchBytes=1000))
+        queue.add(messages(1, 1), b'"INBOX"')
+        self.assertEqual(origins(queue.next(2, 999, short=False)), ([0, 1], 2))
 
     def test_goesWhenNothingInFlight(self) -> None:
         """

@@ -146,13 +146,16 @@ class SendQueue:
         The batch to send now, with its octets, or L{None}: nothing
         waits, the window is full, the batch holds a synchronizing
         literal while replies are due, or (unless C{short}) the queue holds
-        less than a batch while replies are due.
+        less than a batch while a batch's worth is in flight.
 
         @param short: whether a batch cut short by the end of the queue
-            may go while replies are due: not while more is being read
-            (the server pays its cost per command, and the commands in
-            flight keep the wire busy meanwhile); always once the caller
-            has nothing more to add for now.
+            may go while a batch's worth is in flight: not while more is
+            being read (the server pays its cost per command, and a
+            batch in flight keeps it busy meanwhile); always once the
+            caller has nothing more to add for now.  With less in
+            flight (a source slower than the destination, such as an
+            IMAP one read in 4 MB steps) it goes at once: holding it
+            would let the server's work run dry at each step.
         """
         if self._retry:
             return self._nextRetry(messagesInFlight, bytesInFlight)
@@ -195,8 +198,9 @@ class SendQueue:
         """
         The next batch of the queue: messages of one mailbox, as many as
         a batch and the window allow (a larger one alone when nothing is
-        in flight); unless C{short}, none while replies are due if the
-        queue ends before a batch does.  One holding a synchronizing
+        in flight); unless C{short}, none while a batch's worth (in
+        messages or octets) is in flight if the queue ends before a batch
+        does.  One holding a synchronizing
         literal while replies are due is held, first in line, until every
         reply due has arrived.
         """
@@ -205,12 +209,7 @@ class SendQueue:
         limit = min(settings.batchMessages, settings.windowMessages - messagesInFlight)
         if limit <= 0:
             return None
-        if (
-            not short
-            and messagesInFlight
-            and len(queue) - head < limit
-            and self.queuedBytes < settings.batchBytes
-        ):
+        if not short and self._waitsForMore(messagesInFlight, bytesInFlight, limit):
             return None
         batch = queue[head : head + limit]
         mailbox = batch[0].mailbox
@@ -239,6 +238,16 @@ class SendQueue:
             self._retry.appendleft(batch)
             return None
         return batch, size
+
+    def _waitsForMore(self, messagesInFlight: int, bytesInFlight: int, limit: int) -> bool:
+        """
+        Whether the queue holds less than a batch (of at most C{limit}
+        messages) while a batch's worth is in flight.
+        """
+        settings = self._settings
+        return (
+            messagesInFlight >= settings.batchMessages or bytesInFlight >= settings.batchBytes
+        ) and (len(self._queue) - self._head < limit and self.queuedBytes < settings.batchBytes)
 
     def _holdsSyncLiteral(self, batch: list[OutgoingMessage]) -> bool:
         """
