@@ -326,9 +326,11 @@ class MultiappendTests(SynchronousTestCase):
         )
         self.assertEqual(
             transport.take(),
-            b'0001 APPEND "INBOX" (\\Seen) {3+}\r\nA\r\n (\\Flagged) {3+}\r\nB\r\n\r\n'
-            b'0002 APPEND "INBOX" {3+}\r\nC\r\n\r\n',
+            b'0001 APPEND "INBOX" (\\Seen) {3+}\r\nA\r\n (\\Flagged) {3+}\r\nB\r\n\r\n',
         )
+        # The last, short batch waits for more, until the caller has none.
+        pipeline.flushed()
+        self.assertEqual(transport.take(), b'0002 APPEND "INBOX" {3+}\r\nC\r\n\r\n')
         client.dataReceived(
             b"0001 OK [APPENDUID 7 10:11] ok\r\n0002 OK [APPENDUID 7 12] ok\r\n"
         )
@@ -342,6 +344,7 @@ class MultiappendTests(SynchronousTestCase):
             LiteralMode.PLUS, batchMessages=10, batchBytes=10
         )
         pipeline.enqueue([message("a", b"123456"), message("b", b"123456")])
+        pipeline.flushed()
         self.assertEqual(
             transport.take(),
             b'0001 APPEND "INBOX" {6+}\r\n123456\r\n0002 APPEND "INBOX" {6+}\r\n123456\r\n',
@@ -720,15 +723,48 @@ class FlowControlTests(SynchronousTestCase):
         client.dataReceived(b"0001 OK ok\r\n")
         self.assertEqual(len(outcomes.appended), 10)
 
+    def test_shortBatchWaitsForMore(self) -> None:
+        """
+        While a batch's worth is in flight, a batch cut short by the end
+        of the queue waits: more messages make it whole; with less in
+        flight (the replies due arrived), or a caller waiting for what it
+        queued, what there is goes.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=3)
+        pipeline.enqueue([message(str(n), b"m") for n in range(4)])
+        self.assertEqual(transport.take().count(b" APPEND "), 1)
+        pipeline.enqueue([message("4", b"m"), message("5", b"m")])
+        self.assertEqual(transport.take().count(b" {1+}"), 3)
+        pipeline.enqueue([message("6", b"m")])
+        self.assertEqual(transport.take(), b"")
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take(), b"")
+        client.dataReceived(b"0002 OK ok\r\n")
+        self.assertEqual(transport.take(), b'0003 APPEND "INBOX" {1+}\r\nm\r\n')
+        pipeline.enqueue([message("7", b"m")])
+        self.assertEqual(transport.take(), b'0004 APPEND "INBOX" {1+}\r\nm\r\n')
+        pipeline.enqueue([message(str(n), b"m") for n in range(8, 11)])
+        self.assertEqual(transport.take().count(b" {1+}"), 3)
+        pipeline.enqueue([message("11", b"m")])
+        self.assertEqual(transport.take(), b"")
+        drained = pipeline.drained()
+        self.assertEqual(transport.take(), b'0006 APPEND "INBOX" {1+}\r\nm\r\n')
+        client.dataReceived(b"0003 OK ok\r\n0004 OK ok\r\n0005 OK ok\r\n0006 OK ok\r\n")
+        self.successResultOf(drained)
+        self.assertEqual(len(outcomes.appended), 12)
+
     def test_hungry(self) -> None:
         """
-        hungry() fires once fewer than two batches are queued.
+        hungry() fires once less than a batch is queued: one full batch
+        waits for the window, not two.
         """
         transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, windowMessages=1)
         pipeline.enqueue([message(str(n), b"m") for n in range(4)])
         hungry = pipeline.hungry()
         self.assertNoResult(hungry)
         client.dataReceived(b"0001 OK ok\r\n0002 OK ok\r\n")
+        self.assertNoResult(hungry)
+        client.dataReceived(b"0003 OK ok\r\n")
         self.successResultOf(hungry)
 
     def test_connectionLost(self) -> None:

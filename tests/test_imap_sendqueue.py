@@ -127,14 +127,68 @@ class NextBatchTests(SynchronousTestCase):
 
     def test_hungry(self) -> None:
         """
-        The queue is hungry below two batches of messages and of octets.
+        The queue is hungry below one batch of messages and of octets:
+        one full batch waits, not two.
         """
         queue = SendQueue(settings(batchMessages=2, batchBytes=1000))
         self.assertTrue(queue.hungry)
-        queue.add(messages(1, 1, 1), b'"INBOX"')
+        queue.add(messages(1), b'"INBOX"')
         self.assertTrue(queue.hungry)
         queue.add(messages(1), b'"INBOX"')
         self.assertFalse(queue.hungry)
+        queue = SendQueue(settings(batchMessages=5, batchBytes=1000))
+        queue.add(messages(999), b'"INBOX"')
+        self.assertTrue(queue.hungry)
+        queue.add(messages(1), b'"INBOX"')
+        self.assertFalse(queue.hungry)
+
+
+class ShortBatchTests(SynchronousTestCase):
+    """
+    A batch cut short by the end of the queue waits for more while
+    replies are due, unless the caller says nothing more comes.
+    """
+
+    def test_heldWhileRepliesDue(self) -> None:
+        """
+        Less than a batch queued, with a batch's worth in flight (in
+        messages or in octets): nothing goes, unless C{short}.
+        """
+        queue = SendQueue(settings(batchMessages=3, batchBytes=1000))
+        queue.add(messages(1, 1), b'"INBOX"')
+        self.assertIsNone(queue.next(3, 10, short=False))
+        self.assertIsNone(queue.next(1, 1000, short=False))
+        self.assertEqual(origins(queue.next(3, 10, short=True)), ([0, 1], 2))
+
+    def test_goesWithLessInFlight(self) -> None:
+        """
+        With less than a batch's worth in flight the short batch goes at
+        once: a slower source's steps keep the server fed.
+        """
+        queue = SendQueue(settings(batchMessages=3, batchBytes=1000))
+        queue.add(messages(1, 1), b'"INBOX"')
+        self.assertEqual(origins(queue.next(2, 999, short=False)), ([0, 1], 2))
+
+    def test_goesWhenNothingInFlight(self) -> None:
+        """
+        With no reply due the short batch goes at once: the wire is never
+        left idle with messages queued.
+        """
+        queue = SendQueue(settings(batchMessages=3))
+        queue.add(messages(1, 1), b'"INBOX"')
+        self.assertEqual(origins(queue.next(0, 0, short=False)), ([0, 1], 2))
+
+    def test_fullBatchGoes(self) -> None:
+        """
+        A batch full by messages, or by octets, goes while replies are due.
+        """
+        queue = SendQueue(settings(batchMessages=3, batchBytes=1000))
+        queue.add(messages(1, 1, 1, 1), b'"INBOX"')
+        self.assertEqual(origins(queue.next(2, 10, short=False)), ([0, 1, 2], 3))
+        self.assertIsNone(queue.next(5, 13, short=False))
+        queue = SendQueue(settings(batchMessages=3, batchBytes=1000))
+        queue.add(messages(600, 600), b'"INBOX"')
+        self.assertEqual(origins(queue.next(2, 10, short=False)), ([0], 600))
 
 
 class HeldBatchTests(SynchronousTestCase):

@@ -101,6 +101,7 @@ class PipelineTelemetryTests(SynchronousTestCase):
             LiteralMode.PLUS, self.telemetry, batchMessages=3
         )
         pipeline.enqueue([message(str(n), b"hello\r\n") for n in range(4)])
+        pipeline.flushed()
         self.assertEqual(transport.take().count(b" APPEND "), 2)
         self.clock.advance(0.003)
         client.dataReceived(b"0001 OK done\r\n")

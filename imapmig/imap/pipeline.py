@@ -22,7 +22,8 @@ How it is fast:
   - Every write is one C{writeSequence} of whole commands (command line,
     literal and CRLF together, gathered up to about L{WRITE_GATHER}
     octets), so no small trailing segment waits on an ACK; on plain TCP
-    it is one C{sendmsg} of the pieces themselves, unjoined
+    it is one C{sendmsg} of the pieces themselves, unjoined, and what the
+    socket does not take is sent the same way when it has room
     (L{imapmig.imap.gather}).
   - A window bounded by messages and octets in flight, and backpressure
     from the transport (the pipeline is its push producer), so memory stays
@@ -92,9 +93,10 @@ STREAM_SLICE = 256 * 1024
 
 # Whole commands are gathered into one write up to about this many octets;
 # then they are written, and the pump goes on only if the transport has not
-# paused it.  A Twisted transport joins everything it holds into one buffer
-# before sending, so this bounds that copy to about one batch, instead of
-# the whole window.
+# paused it.  A transport that copies what it holds (TLS encrypts it into
+# records, COMPRESS deflates it, Twisted's own joins it) then copies about
+# this much, not the whole window; a plain TCP one holds views
+# (imapmig.imap.gather).
 WRITE_GATHER = 256 * 1024
 
 
@@ -384,13 +386,17 @@ class AppendPipeline:
     def _when(self, ready: bool, waiters: _Waiters) -> Deferred[None]:
         """
         Fired now if C{ready}, else when C{waiters} fire; failed if the
-        pipeline has failed.
+        pipeline has failed.  One waiting for what it queued adds nothing
+        meanwhile: a batch held for more (SendQueue.next) goes now.
         """
         if self._failure is not None:
             return fail(self._failure)
         if ready:
             return succeed(None)
-        return waiters.wait()
+        waiter = waiters.wait()
+        if waiters is not self._hungry:
+            self._pump([])
+        return waiter
 
     def _isFlushed(self) -> bool:
         """
@@ -432,6 +438,8 @@ class AppendPipeline:
             whose continuation just arrived), written first.
         """
         gathered = 0
+        # A short batch waits for more unless the caller waits (SendQueue.next).
+        short = bool(self._flushed.waiting or self._drained.waiting)
         while not self._paused:
             if self._stream is not None:
                 self._writeSlice(self._stream, out)
@@ -449,7 +457,7 @@ class AppendPipeline:
                 continue
             if self._blocked is not None:
                 break
-            batch = self._pending.next(self.messagesInFlight, self.bytesInFlight)
+            batch = self._pending.next(self.messagesInFlight, self.bytesInFlight, short)
             if batch is None:
                 break
             gathered += self._writeCommand(batch[0], batch[1], out)

@@ -69,8 +69,13 @@ class SendQueue:
         self._head = 0
         self._retry: deque[list[OutgoingMessage]] = deque()
         self.queuedBytes = 0
-        self._lowWaterMessages = 2 * settings.batchMessages
-        self._lowWaterBytes = 2 * settings.batchBytes
+        # One full batch ready for when the window or the socket next has
+        # room: the job refills the queue (a step of about 1 MB at a time)
+        # while the batch before it is on the wire, which takes longer than
+        # reading it.  Two batches held a second one (~8 MB of bodies a
+        # connection) read ahead for nothing.
+        self._lowWaterMessages = settings.batchMessages
+        self._lowWaterBytes = settings.batchBytes
         self._sync = settings.literalMode is LiteralMode.SYNC
         self._minus = settings.literalMode is LiteralMode.MINUS
 
@@ -84,7 +89,8 @@ class SendQueue:
     @property
     def hungry(self) -> bool:
         """
-        Whether fewer messages are queued than keep full batches going.
+        Whether less than one batch is queued (by messages and by
+        octets): the next batch would not be full.
         """
         return (
             len(self._queue) - self._head < self._lowWaterMessages
@@ -134,18 +140,28 @@ class SendQueue:
         return result
 
     def next(
-        self, messagesInFlight: int, bytesInFlight: int
+        self, messagesInFlight: int, bytesInFlight: int, short: bool = True
     ) -> tuple[list[OutgoingMessage], int] | None:
         """
         The batch to send now, with its octets, or L{None}: nothing
-        waits, the window is full, or the batch holds a synchronizing
-        literal while replies are due.
+        waits, the window is full, the batch holds a synchronizing
+        literal while replies are due, or (unless C{short}) the queue holds
+        less than a batch while a batch's worth is in flight.
+
+        @param short: whether a batch cut short by the end of the queue
+            may go while a batch's worth is in flight: not while more is
+            being read (the server pays its cost per command, and a
+            batch in flight keeps it busy meanwhile); always once the
+            caller has nothing more to add for now.  With less in
+            flight (a source slower than the destination, such as an
+            IMAP one read in 4 MB steps) it goes at once: holding it
+            would let the server's work run dry at each step.
         """
         if self._retry:
             return self._nextRetry(messagesInFlight, bytesInFlight)
         if self._head == len(self._queue):
             return None
-        return self._nextQueued(messagesInFlight, bytesInFlight)
+        return self._nextQueued(messagesInFlight, bytesInFlight, short)
 
     def _nextRetry(
         self, messagesInFlight: int, bytesInFlight: int
@@ -177,18 +193,23 @@ class SendQueue:
         )
 
     def _nextQueued(
-        self, messagesInFlight: int, bytesInFlight: int
+        self, messagesInFlight: int, bytesInFlight: int, short: bool
     ) -> tuple[list[OutgoingMessage], int] | None:
         """
         The next batch of the queue: messages of one mailbox, as many as
         a batch and the window allow (a larger one alone when nothing is
-        in flight).  One holding a synchronizing literal while replies are
-        due is held, first in line, until every reply due has arrived.
+        in flight); unless C{short}, none while a batch's worth (in
+        messages or octets) is in flight if the queue ends before a batch
+        does.  One holding a synchronizing
+        literal while replies are due is held, first in line, until every
+        reply due has arrived.
         """
         settings = self._settings
         queue, head = self._queue, self._head
         limit = min(settings.batchMessages, settings.windowMessages - messagesInFlight)
         if limit <= 0:
+            return None
+        if not short and self._waitsForMore(messagesInFlight, bytesInFlight, limit):
             return None
         batch = queue[head : head + limit]
         mailbox = batch[0].mailbox
@@ -217,6 +238,16 @@ class SendQueue:
             self._retry.appendleft(batch)
             return None
         return batch, size
+
+    def _waitsForMore(self, messagesInFlight: int, bytesInFlight: int, limit: int) -> bool:
+        """
+        Whether the queue holds less than a batch (of at most C{limit}
+        messages) while a batch's worth is in flight.
+        """
+        settings = self._settings
+        return (
+            messagesInFlight >= settings.batchMessages or bytesInFlight >= settings.batchBytes
+        ) and (len(self._queue) - self._head < limit and self.queuedBytes < settings.batchBytes)
 
     def _holdsSyncLiteral(self, batch: list[OutgoingMessage]) -> bool:
         """
