@@ -281,6 +281,7 @@ class ValidConfigTests(ConfigTestCase):
                     windowBytes=33554432,
                     batchMessages=200,
                     batchBytes=8388608,
+                    batchGrowth=100,
                 ),
             )
         self.assertEqual(
@@ -305,15 +306,17 @@ class ValidConfigTests(ConfigTestCase):
             "window_bytes": 65536,
             "batch_messages": 1,
             "batch_bytes": 1,
+            "batch_growth": 50,
         }
         document["jobs"][1].update(
-            connections=32, window_messages=20, batch_messages=1000, batch_bytes=99
-        )
+            connections=32, window_messages=20, batch_messages=1000, batch_bytes=99,
+            batch_growth=0,
+        )  # fmt: skip
         alice, archive = parseConfig(document, self.configPath).jobs
         self.assertEqual(alice.connections, 3)
-        self.assertEqual(alice.pipeline, PipelineConfig(10, 65536, 1, 1))
+        self.assertEqual(alice.pipeline, PipelineConfig(10, 65536, 1, 1, 50))
         self.assertEqual(archive.connections, 32)
-        self.assertEqual(archive.pipeline, PipelineConfig(20, 65536, 1000, 99))
+        self.assertEqual(archive.pipeline, PipelineConfig(20, 65536, 1000, 99, 0))
 
     def test_relativePaths(self) -> None:
         """
@@ -925,11 +928,13 @@ class ProblemTests(ConfigTestCase):
             "window_bytes": 65535,
             "batch_messages": 1001,
             "batch_bytes": 0,
+            "batch_growth": -1,
         }
         document["jobs"][0]["connections"] = 0
         document["servers"]["new"]["timeout"] = 0
         problems = self.problems(document)
-        self.assertEqual(len(problems), 7, problems)
+        self.assertEqual(len(problems), 8, problems)
+        self.assertProblem(problems, "defaults.batch_growth", "at least 0, not -1")
         self.assertProblem(problems, "defaults.connections", "between 1 and 32, not 33")
         self.assertProblem(problems, "defaults.window_messages", "at least 1, not 0")
         self.assertProblem(problems, "defaults.window_bytes", "at least 65536")

@@ -91,13 +91,16 @@ def connect(
     windowMessages: int = 100,
     windowBytes: int = 1 << 20,
     batchBytes: int = 1 << 20,
+    batchGrowth: int = 0,
 ) -> tuple[CountingTransport, AppendPipeline, RecordingOutcomes, MigrationIMAP4Client]:
     client = MigrationIMAP4Client(Clock())
     transport = CountingTransport()
     client.makeConnection(transport)
     client.dataReceived(b"* OK [CAPABILITY IMAP4rev1] ready\r\n")
     outcomes = RecordingOutcomes()
-    settings = PipelineSettings(mode, batchMessages, batchBytes, windowMessages, windowBytes)
+    settings = PipelineSettings(
+        mode, batchMessages, batchBytes, windowMessages, windowBytes, batchGrowth
+    )
     pipeline = AppendPipeline(client, settings, outcomes)
     pipeline.selectMailbox("INBOX")
     transport.clear()
@@ -377,6 +380,59 @@ class MultiappendTests(SynchronousTestCase):
         self.successResultOf(drained)
         self.assertEqual(outcomes.appended, [("a", 1, 1), ("b", 1, 2), ("d", 1, 3)])
         self.assertEqual(outcomes.refused, [("c", "NO [LIMIT] too big")])
+
+
+class BatchGrowthTests(SynchronousTestCase):
+    """
+    A MULTIAPPEND batch sized by the destination mailbox
+    (L{PipelineSettings.batchFor}, L{AppendPipeline.sizeBatchesFor}).
+    """
+
+    def test_batchFor(self) -> None:
+        """
+        A batch carries one message per C{batchGrowth} the mailbox holds,
+        never fewer than C{batchMessages} nor more than half the window.
+        """
+        settings = PipelineSettings(LiteralMode.PLUS, 200, 1 << 23, 1000, 1 << 25, 100)
+        self.assertEqual(
+            [settings.batchFor(n) for n in (0, 20_000, 20_099, 30_000, 49_999, 50_000, 10**6)],
+            [200, 200, 200, 300, 499, 500, 500],
+        )
+
+    def test_batchForFixed(self) -> None:
+        """
+        Without MULTIAPPEND every batch is one message whatever the
+        mailbox holds; with no growth every batch is C{batchMessages}.
+        """
+        without = PipelineSettings.forServer({b"LITERAL+"}, 200, 1 << 23, 1000, 1 << 25, 100)
+        self.assertEqual(without.batchFor(10**6), 1)
+        fixed = PipelineSettings.forServer({b"MULTIAPPEND"}, 200, 1 << 23, 1000, 1 << 25, 0)
+        self.assertEqual(fixed.batchFor(10**6), 200)
+        self.assertEqual(PipelineSettings.forServer({b"MULTIAPPEND"}, 2, 1, 1, 1).batchGrowth, 0)
+
+    def test_grownBatches(self) -> None:
+        """
+        Sized for a mailbox of 600 messages with one message a batch per
+        100, the pipeline asks for messages until two batches of 6 are
+        queued, and sends batches of 6 where C{batchMessages} says 2; sized
+        for a mailbox of 100, batches of 2 again.
+        """
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=2, windowMessages=20, batchGrowth=100
+        )
+        pipeline.sizeBatchesFor(600)
+        pipeline.pauseProducing()
+        pipeline.enqueue([message(str(n), b"x") for n in range(11)])
+        self.assertTrue(pipeline.hungry().called)
+        pipeline.enqueue([message("11", b"x")])
+        self.assertFalse(pipeline.hungry().called)
+        pipeline.resumeProducing()
+        written = transport.take()
+        self.assertEqual(written.count(b" APPEND "), 2)
+        self.assertEqual(written.count(b"{1+}"), 12)
+        pipeline.sizeBatchesFor(100)
+        pipeline.enqueue([message(str(n), b"x") for n in range(4)])
+        self.assertEqual(transport.take().count(b" APPEND "), 2)
 
 
 class LiteralMinusTests(SynchronousTestCase):

@@ -255,10 +255,11 @@ class _Recorder:
             outcomes: AppendOutcomes,
             telemetry: ServerTelemetry | None = None,
             deadline: SendDeadline | None = None,
+            batchGrowth: int = 0,
         ) -> AppendPipeline:
             pipeline = originalPipeline(
                 session, batchMessages, batchBytes, windowMessages, windowBytes, outcomes,
-                telemetry, deadline,
+                telemetry, deadline, batchGrowth,
             )  # fmt: skip
             self.capabilities.append(session.capabilities)
             self.settings.append(pipeline.settings)

@@ -1507,6 +1507,31 @@ class MigrationJobTests(SynchronousTestCase):
             self.assertEqual((outcome.appended, outcome.uidValidity, outcome.uid), (True, None, None))
         h.finish()
 
+    def test_batchesGrowWithTheMailbox(self) -> None:
+        """
+        A MULTIAPPEND batch grows with the destination mailbox: into an
+        INBOX that holds 400 messages (its SELECT's EXISTS), with
+        C{batchMessages} 2 and one message a batch per 100 the mailbox
+        holds, a command carries up to 4 of the 8 messages; with no
+        growth, up to 2.
+        """
+        for growth, largest in ((100, 4), (0, 2)):
+            h = JobHarness(self)
+            old = [(b"Subject: old %d\r\n\r\n" % n, (), None) for n in range(400)]
+            h.mail.append(USER, "INBOX", old)
+            populate(h.source, h.source.addFolder("INBOX"), 8)
+
+            settings = JobSettings(connections=1, batchMessages=2, batchGrowth=growth)
+            self.assertTrue(h.run(h.job(settings)))
+
+            server = h.endpoint.servers[0]
+            received = server.received
+            starts = [i for i, line in enumerate(received) if line in appendLines(server)]
+            literals = [received.index(b"", start) - start for start in starts]
+            self.assertEqual((sum(literals), max(literals)), (8, largest))
+            self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 408)
+            h.finish()
+
     def test_recordedInBatches(self) -> None:
         """
         Outcomes are recorded in batches of C{recordEvery} or more, not one

@@ -237,6 +237,42 @@ class BuildServiceTests(SynchronousTestCase):
         service.stopService()
 
 
+class SettingsForTests(SynchronousTestCase):
+    """
+    L{imapmig.daemon.service.settingsFor}: a job's configuration as the
+    settings it copies with.
+    """
+
+    def test_pipeline(self) -> None:
+        """
+        The batch and window sizes, and how batches grow with the mailbox,
+        are the job's.
+        """
+        from imapmig.daemon.service import settingsFor
+
+        config = parseConfig(
+            {
+                "state": os.path.abspath(self.mktemp()),
+                "servers": {"s": {"endpoint": "tcp:127.0.0.1:1143", "starttls": "off"}},
+                "jobs": [
+                    {
+                        "name": "a",
+                        "source": {"maildir": makeMaildir(self)},
+                        "destination": {"server": "s", "user": "u", "password": "p"},
+                        "batch_messages": 50,
+                        "batch_growth": 20,
+                        "window_messages": 300,
+                    }
+                ],
+            },
+            "test.yaml",
+        )
+        settings = settingsFor(config.jobs[0])
+        self.assertEqual(
+            (settings.batchMessages, settings.batchGrowth, settings.windowMessages), (50, 20, 300)
+        )
+
+
 class RebindingWarningTests(SynchronousTestCase):
     """
     L{imapmig.status.hostcheck.warnIfRebindable}: a status site reachable beyond loopback

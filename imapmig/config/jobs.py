@@ -46,6 +46,7 @@ _WINDOW_MESSAGES = _IntSetting("window_messages", 1000, 1, None)
 _WINDOW_BYTES = _IntSetting("window_bytes", 32 * 1024 * 1024, 65536, None)
 _BATCH_MESSAGES = _IntSetting("batch_messages", 200, 1, 1000)
 _BATCH_BYTES = _IntSetting("batch_bytes", 8 * 1024 * 1024, 1, None)
+_BATCH_GROWTH = _IntSetting("batch_growth", 100, 0, None)
 _RETRY_ATTEMPTS = _IntSetting("retry_attempts", 10, 1, None)
 _RETRY_MAX_DELAY = _IntSetting("retry_max_delay", 300, 1, None)
 _MESSAGE_ATTEMPTS = _IntSetting("message_attempts", 3, 1, None)
@@ -56,6 +57,7 @@ _SETTINGS = (
     _WINDOW_BYTES,
     _BATCH_MESSAGES,
     _BATCH_BYTES,
+    _BATCH_GROWTH,
     _RETRY_ATTEMPTS,
     _RETRY_MAX_DELAY,
     _MESSAGE_ATTEMPTS,
@@ -273,6 +275,7 @@ def _jobConfig(values: Mapping[str, Any], defaults: Mapping[str, int]) -> JobCon
             windowBytes=settings[_WINDOW_BYTES.key],
             batchMessages=settings[_BATCH_MESSAGES.key],
             batchBytes=settings[_BATCH_BYTES.key],
+            batchGrowth=settings[_BATCH_GROWTH.key],
         ),
         folders=values["folders"],
         identity=values["identity"],

@@ -89,12 +89,17 @@ class PipelineConfig:
     @ivar windowBytes: octets in flight awaiting their reply.
     @ivar batchMessages: messages per MULTIAPPEND command (1: no MULTIAPPEND).
     @ivar batchBytes: octets per MULTIAPPEND command.
+    @ivar batchGrowth: into a mailbox of more than C{batchGrowth *
+        batchMessages} messages, a MULTIAPPEND command carries one message
+        per C{batchGrowth} it holds, up to half of C{windowMessages}; 0:
+        never more than C{batchMessages}.
     """
 
     windowMessages: int
     windowBytes: int
     batchMessages: int
     batchBytes: int
+    batchGrowth: int = 100
 
 
 @frozen

@@ -110,8 +110,7 @@ def _sharedTLSOptions(server: ServerConfig) -> IOpenSSLClientConnectionCreator:
     """
     L{tlsOptionsFor}, made once per server and shared by every session to
     it: each makes its own TLS connection from them, and making them (an
-    OpenSSL context, the trust store loaded) costs ~1 ms, 10 s for 10,000
-    jobs.
+    OpenSSL context, the trust store loaded) costs ~1 ms, 10 s for 10,000 jobs.
     """
     return tlsOptionsFor(server)
 
@@ -370,6 +369,7 @@ def settingsFor(job: JobConfig, stopTimeout: float = 30.0) -> JobSettings:
         connections=job.connections,
         batchMessages=pipeline.batchMessages,
         batchBytes=pipeline.batchBytes,
+        batchGrowth=pipeline.batchGrowth,
         windowMessages=pipeline.windowMessages,
         windowBytes=pipeline.windowBytes,
         stopTimeout=stopTimeout,

@@ -342,6 +342,13 @@ class AppendPipeline:
         """
         self._mailbox = encodeMailboxName(mailbox)
 
+    def sizeBatchesFor(self, mailboxMessages: int) -> int:
+        """
+        Size batches for a mailbox of C{mailboxMessages}; return their size.
+        """
+        self._pending.resize(batch := self._settings.batchFor(mailboxMessages))
+        return batch
+
     @property
     def betweenCommands(self) -> bool:
         """

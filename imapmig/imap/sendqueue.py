@@ -57,6 +57,7 @@ class SendQueue:
         "_lowWaterBytes",
         "_sync",
         "_minus",
+        "_batchMessages",
     )
 
     def __init__(self, settings: PipelineSettings) -> None:
@@ -78,6 +79,7 @@ class SendQueue:
         self._lowWaterBytes = settings.batchBytes
         self._sync = settings.literalMode is LiteralMode.SYNC
         self._minus = settings.literalMode is LiteralMode.MINUS
+        self._batchMessages = settings.batchMessages
 
     @property
     def empty(self) -> bool:
@@ -96,6 +98,15 @@ class SendQueue:
             len(self._queue) - self._head < self._lowWaterMessages
             and self.queuedBytes < self._lowWaterBytes
         )
+
+    def resize(self, batchMessages: int) -> None:
+        """
+        Cut batches of at most C{batchMessages} from now on (the batch
+        grown with the destination mailbox, L{PipelineSettings.batchFor}),
+        and keep the queue as deep for them.
+        """
+        self._batchMessages = batchMessages
+        self._lowWaterMessages = 2 * batchMessages
 
     def add(self, messages: Iterable[OutgoingMessage], mailbox: bytes) -> None:
         """
@@ -206,7 +217,7 @@ class SendQueue:
         """
         settings = self._settings
         queue, head = self._queue, self._head
-        limit = min(settings.batchMessages, settings.windowMessages - messagesInFlight)
+        limit = min(self._batchMessages, settings.windowMessages - messagesInFlight)
         if limit <= 0:
             return None
         if not short and self._waitsForMore(messagesInFlight, bytesInFlight, limit):

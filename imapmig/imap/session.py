@@ -441,6 +441,7 @@ class IMAPSession:
         outcomes: AppendOutcomes,
         telemetry: ServerTelemetry | None = None,
         deadline: SendDeadline | None = None,
+        batchGrowth: int = 0,
     ) -> AppendPipeline:
         """
         The connection's APPEND pipeline, set up for this server's
@@ -450,11 +451,13 @@ class IMAPSession:
         @param telemetry: the server's telemetry (L{AppendPipeline}).
         @param deadline: past it the pipeline writes nothing more
             (L{AppendPipeline}).
+        @param batchGrowth: see L{PipelineSettings.batchGrowth}.
         """
         if self._pipeline is None:
             settings = PipelineSettings.forServer(
-                self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes
-            )
+                self.capabilities, batchMessages, batchBytes, windowMessages, windowBytes,
+                batchGrowth,
+            )  # fmt: skip
             self._pipeline = AppendPipeline(
                 self._client, settings, outcomes, telemetry, deadline
             )

@@ -72,12 +72,16 @@ class TargetMailbox:
         (UIDNEXT at SELECT, raised by every APPENDUID), or L{None}.
     @ivar permanentFlags: its PERMANENTFLAGS, or L{None} when unknown.
     @ivar presence: what it already holds that no record accounts for.
+    @ivar messages: how many it holds (EXISTS at SELECT), plus the messages
+        of the units the attempt has sent to it since: its batches are
+        sized by it (L{imapmig.imap.outgoing.PipelineSettings.batchFor}).
     """
 
     uidValidity: int | None = None
     uidFloor: int | None = None
     permanentFlags: frozenset[str] | None = None
     presence: PresenceIndex | None = None
+    messages: int = 0
 
 
 @dataclass
@@ -296,7 +300,9 @@ class DestinationPreparation:
                 why=state.text,
             )
             return TargetMailbox()
-        return TargetMailbox(state.uidValidity, state.uidNext, state.permanentFlags)
+        return TargetMailbox(
+            state.uidValidity, state.uidNext, state.permanentFlags, messages=state.exists
+        )
 
     async def _present(
         self,

@@ -104,6 +104,9 @@ class _Connection:
         and the octets of each step (L{readSteps}).
     @ivar binary: whether the destination offers BINARY.
     @ivar sizeLimit: the largest message it accepts, and why, or L{None}.
+    @ivar batch: the messages of its batches, at most (grown with the
+        mailbox: L{AppendPipeline.sizeBatchesFor}), or 0 before its first
+        unit.
     @ivar current: the mailbox it has selected, or L{None}.
     @ivar target: that mailbox, as the preparation found it.
     @ivar traits: by mailbox, what the destination can store.
@@ -119,6 +122,7 @@ class _Connection:
     steps: tuple[int, int, int]
     binary: bool
     sizeLimit: tuple[int, str] | None
+    batch: int = 0
     current: str | None = None
     target: TargetMailbox = field(default_factory=TargetMailbox)
     traits: dict[str, DestinationTraits] = field(default_factory=dict)
@@ -239,21 +243,8 @@ class CopyLoop:
             outcomes,
             telemetry=self._telemetry,
             deadline=self._deadline,
+            batchGrowth=settings.batchGrowth,
         )
-        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
-        # the reactor run between steps: reading blocks it, and the socket
-        # must be kept fed meanwhile.  An IMAP source is read in larger
-        # steps (IMAP_READ_STEP_BYTES).
-        overNetwork = self._overNetwork
-        chunkMessages = pipeline.settings.batchMessages
-        stepMessages = IMAP_READ_STEP_MESSAGES if overNetwork else chunkMessages
-        chunkBytes = min(
-            pipeline.settings.batchBytes,
-            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
-        )
-        for throttle in self._throttles:
-            stepMessages, chunkBytes = throttle.chunkLimits(stepMessages, chunkBytes)
-        chunkMessages = min(chunkMessages, stepMessages)
         # The destination's rates are waited for here; an IMAP source waits
         # for its own before each FETCH.
         destination, source = self._sides.destination, self._sides.source
@@ -272,10 +263,29 @@ class CopyLoop:
             id(outcomes),
             budgets,
             rated,
-            (chunkMessages, stepMessages, chunkBytes),
+            self._readSteps(pipeline, pipeline.settings.batchMessages),
             b"BINARY" in session.capabilities,
             messageSizeLimit(session.capabilities, settings.maxMessageBytes),
         )
+
+    def _readSteps(self, pipeline: AppendPipeline, batchMessages: int) -> tuple[int, int, int]:
+        """
+        The messages of a unit's first step, of each later step, and the
+        octets of each step (L{readSteps}), for batches of C{batchMessages}.
+        """
+        # Read in steps of about one batch, at most READ_STEP_BYTES, and let
+        # the reactor run between steps: reading blocks it, and the socket
+        # must be kept fed meanwhile.  An IMAP source is read in larger
+        # steps (IMAP_READ_STEP_BYTES).
+        overNetwork = self._overNetwork
+        stepMessages = max(IMAP_READ_STEP_MESSAGES, batchMessages) if overNetwork else batchMessages
+        chunkBytes = min(
+            pipeline.settings.batchBytes,
+            IMAP_READ_STEP_BYTES if overNetwork else READ_STEP_BYTES,
+        )
+        for throttle in self._throttles:
+            stepMessages, chunkBytes = throttle.chunkLimits(stepMessages, chunkBytes)
+        return min(batchMessages, stepMessages), stepMessages, chunkBytes
 
     async def _copyUnits(self, attempt: AttemptConnections, connection: _Connection) -> bool:
         """
@@ -305,6 +315,12 @@ class CopyLoop:
                 connection.current = unit.mailbox
                 self._progress.currentFolder = unit.mailbox
                 connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
+            # Batches grow with the mailbox, as Dovecot's cost a command does.
+            batch = connection.pipeline.sizeBatchesFor(connection.target.messages)
+            if batch != connection.batch:
+                connection.batch = batch
+                connection.steps = self._readSteps(connection.pipeline, batch)
+            connection.target.messages += len(unit.messages)
             # The unit is journaled before a single octet of it leaves.
             ticket = await self._recorder.journal(
                 unit.mailbox,

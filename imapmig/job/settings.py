@@ -20,6 +20,11 @@ class JobSettings:
     @ivar connections: parallel connections to the destination.
     @ivar batchMessages: messages per MULTIAPPEND command.
     @ivar batchBytes: octets per MULTIAPPEND command.
+    @ivar batchGrowth: into a mailbox of more than C{batchGrowth *
+        batchMessages} messages, a MULTIAPPEND command carries one message
+        per C{batchGrowth} it holds, up to half of C{windowMessages}
+        (L{imapmig.imap.outgoing.PipelineSettings.batchFor}); 0: always
+        C{batchMessages}.
     @ivar windowMessages: messages in flight per connection.
     @ivar windowBytes: octets in flight per connection.
     @ivar recordEvery: outcomes buffered before a state-store transaction.
@@ -49,6 +54,7 @@ class JobSettings:
     connections: int = 2
     batchMessages: int = 200
     batchBytes: int = 8 * 1024 * 1024
+    batchGrowth: int = 100
     windowMessages: int = 1000
     windowBytes: int = 32 * 1024 * 1024
     recordEvery: int = 2000
