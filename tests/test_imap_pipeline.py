@@ -413,25 +413,25 @@ class BatchGrowthTests(SynchronousTestCase):
     def test_grownBatches(self) -> None:
         """
         Sized for a mailbox of 600 messages with one message a batch per
-        100, the pipeline asks for messages until two batches of 6 are
-        queued, and sends batches of 6 where C{batchMessages} says 2; sized
-        for a mailbox of 100, batches of 2 again.
+        100, the pipeline asks for messages until one batch of 6 is
+        queued, and sends a batch of 6 where C{batchMessages} says 2;
+        sized for a mailbox of 100, batches of 2 again.
         """
         transport, pipeline, outcomes, client = connect(
             LiteralMode.PLUS, batchMessages=2, windowMessages=20, batchGrowth=100
         )
         pipeline.sizeBatchesFor(600)
         pipeline.pauseProducing()
-        pipeline.enqueue([message(str(n), b"x") for n in range(11)])
+        pipeline.enqueue([message(str(n), b"x") for n in range(5)])
         self.assertTrue(pipeline.hungry().called)
-        pipeline.enqueue([message("11", b"x")])
+        pipeline.enqueue([message("5", b"x")])
         self.assertFalse(pipeline.hungry().called)
         pipeline.resumeProducing()
         written = transport.take()
-        self.assertEqual(written.count(b" APPEND "), 2)
-        self.assertEqual(written.count(b"{1+}"), 12)
+        self.assertEqual(written.count(b" APPEND "), 1)
+        self.assertEqual(written.count(b"{1+}"), 6)
         pipeline.sizeBatchesFor(100)
-        pipeline.enqueue([message(str(n), b"x") for n in range(4)])
+        pipeline.enqueue([message(str(n), b"x") for n in range(6, 10)])
         self.assertEqual(transport.take().count(b" APPEND "), 2)
 
 

@@ -103,10 +103,10 @@ class SendQueue:
         """
         Cut batches of at most C{batchMessages} from now on (the batch
         grown with the destination mailbox, L{PipelineSettings.batchFor}),
-        and keep the queue as deep for them.
+        and keep one such batch read ahead.
         """
         self._batchMessages = batchMessages
-        self._lowWaterMessages = 2 * batchMessages
+        self._lowWaterMessages = batchMessages
 
     def add(self, messages: Iterable[OutgoingMessage], mailbox: bytes) -> None:
         """
@@ -257,7 +257,7 @@ class SendQueue:
         """
         settings = self._settings
         return (
-            messagesInFlight >= settings.batchMessages or bytesInFlight >= settings.batchBytes
+            messagesInFlight >= self._batchMessages or bytesInFlight >= settings.batchBytes
         ) and (len(self._queue) - self._head < limit and self.queuedBytes < settings.batchBytes)
 
     def _holdsSyncLiteral(self, batch: list[OutgoingMessage]) -> bool:
