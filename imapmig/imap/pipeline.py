@@ -247,9 +247,8 @@ class AppendPipeline:
 
     Use: L{selectMailbox}, L{enqueue} messages for it, wait on L{hungry} to
     enqueue more and on L{drained} for the last replies.  Each message goes
-    to the mailbox selected when it was enqueued, so the mailbox can change
-    while earlier messages are still queued or in flight; a batch never
-    mixes mailboxes.
+    to the mailbox selected when it was enqueued (which may change while
+    earlier ones are queued or in flight); a batch never mixes mailboxes.
 
     @ivar messagesInFlight: messages sent, awaiting their reply.
     @ivar bytesInFlight: their octets.
@@ -266,9 +265,8 @@ class AppendPipeline:
         deadline: SendDeadline | None = None,
     ) -> None:
         """
-        @param telemetry: the destination server's telemetry, which this
-            pipeline gives its window and each command's APPEND latency
-            (by its clock); L{None}: none.
+        @param telemetry: the destination server's telemetry, given the
+            window and each command's APPEND latency; L{None}: none.
         @param deadline: past it nothing more is written (a fleet's
             daemon's send deadline); L{None}: none.
         """
@@ -276,7 +274,6 @@ class AppendPipeline:
         self._log = withFields(self._log, client.logFields)
         self._telemetry = telemetry
         self._deadline = deadline
-        # Read once per command: kept here, a lookup shorter.
         self._seconds: Callable[[], float] | None = None
         self._latency: LatencyHistogram | None = None
         self._settings = settings
@@ -343,9 +340,7 @@ class AppendPipeline:
         self._mailbox = encodeMailboxName(mailbox)
 
     def sizeBatchesFor(self, mailboxMessages: int) -> int:
-        """
-        Size batches for a mailbox of C{mailboxMessages}; return their size.
-        """
+        """Size batches for a mailbox of C{mailboxMessages}; return their size."""
         self._pending.resize(batch := self._settings.batchFor(mailboxMessages))
         return batch
 
@@ -392,9 +387,8 @@ class AppendPipeline:
 
     def _when(self, ready: bool, waiters: _Waiters) -> Deferred[None]:
         """
-        Fired now if C{ready}, else when C{waiters} fire; failed if the
-        pipeline has failed.  One waiting for what it queued adds nothing
-        meanwhile: a batch held for more (SendQueue.next) goes now.
+        Fired now if C{ready}, else when C{waiters} fire (a batch held for
+        more goes now: SendQueue.next); failed if the pipeline has failed.
         """
         if self._failure is not None:
             return fail(self._failure)
