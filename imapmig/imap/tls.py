@@ -106,10 +106,11 @@ buffer never grows past it (or past L{_SENDING}'s first size) for the
 life of the process.
 """
 
-_RECEIVING = _Scratch(2**16)
+_RECEIVING = _Scratch(2**18)
 """
 What L{TLSReceiver} reads plaintext into: the most one read of Twisted's
-TCP transport brings, decrypted.
+TCP transport brings, decrypted (a source connection's reads are of
+L{imapmig.sources.imappool.SOURCE_READ_BYTES}).
 """
 
 HEAD_OCTETS = 81
