@@ -391,6 +391,59 @@ class TLSReceiver:
 
     def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
         self._protocol = protocol
+        # The read the connection's read BIO is made over, and the pointer
+        # OpenSSL reads it through: kept until the next read replaces it.
+        self._held: tuple[bytes, Any] | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        """
+        What one read of the socket brought (Twisted's C{dataReceived} of
+        the TLS transport).  After the handshake, OpenSSL reads its records
+        from C{data} itself: a read-only memory BIO made over it
+        (C{BIO_new_mem_buf}) becomes the connection's read BIO, where
+        Twisted's C{bio_write} copies every octet into pyOpenSSL's memory
+        BIO, whose growth zeroes every octet first (C{BUF_MEM_grow_clean}):
+        a copy and a C{memset} per octet read.  A record cut at the read's
+        end is kept by OpenSSL's record layer, not by the BIO, so each read
+        is taken whole.  Before the handshake ends, Twisted's own way.
+        """
+        protocol: Any = self._protocol
+        connection = protocol._tlsConnection
+        if (
+            not protocol._handshakeDone
+            or connection is None
+            or protocol._lostTLSConnection
+            or not data
+        ):
+            TLSMemoryBIOProtocol.dataReceived(protocol, data)
+            return
+        self._readFrom(connection, data)
+        if protocol._appSendBuffer:
+            protocol._unbufferPendingWrites()
+        self.receive()
+
+    def _readFrom(self, connection: Any, data: bytes) -> None:
+        """
+        Make a read-only memory BIO over C{data} the read BIO of
+        C{connection} (C{SSL_set_bio} frees the one before, and pyOpenSSL's
+        C{bio_shutdown} then reaches the new one), after what the one before
+        still held (none, unless a reading stopped with the connection).
+        """
+        current = connection._into_ssl
+        left = _lib.BIO_get_mem_data(current, _ffi.NULL)
+        if left > 0:
+            rest = _ffi.new("char[]", left)
+            _lib.BIO_read(current, rest, left)
+            data = _ffi.buffer(rest)[:] + data
+        pointer = _ffi.from_buffer(data)
+        bio = _lib.BIO_new_mem_buf(pointer, len(data))
+        if bio == _ffi.NULL:
+            raise MemoryError("BIO_new_mem_buf")
+        # Empty, it asks for more (as a memory BIO does), not an end.
+        _lib.BIO_set_mem_eof_return(bio, -1)
+        _lib.SSL_set_bio(connection._ssl, bio, connection._from_ssl)
+        connection._into_ssl = bio
+        self._held = (data, pointer)
 
     def receive(self) -> None:
         """
@@ -464,10 +517,12 @@ def streamline(tlsProtocol: object, connection: SSL.Connection) -> None:
         return
     _lib.SSL_clear_mode(connection._ssl, _lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
     sender = TLSSender(tlsProtocol)
+    receiver = TLSReceiver(tlsProtocol)
     protocol: Any = tlsProtocol
     protocol.writeSequence = sender.writeSequence
     protocol._flushSendBIO = sender.flush
-    protocol._flushReceiveBIO = TLSReceiver(tlsProtocol).receive
+    protocol._flushReceiveBIO = receiver.receive
+    protocol.dataReceived = receiver.dataReceived
     protocol.tlsSender = sender
 
 
