@@ -409,13 +409,12 @@ class TLSReceiver:
         """
         protocol: Any = self._protocol
         connection = protocol._tlsConnection
-        if (
-            not protocol._handshakeDone
-            or connection is None
-            or protocol._lostTLSConnection
-            or not data
-        ):
+        if not protocol._handshakeDone:
             TLSMemoryBIOProtocol.dataReceived(protocol, data)
+            return
+        if connection is None or protocol._lostTLSConnection or not data:
+            # The TLS connection is over: Twisted would write this to the
+            # read BIO (read-only now) and read nothing more.
             return
         self._readFrom(connection, data)
         if protocol._appSendBuffer:
