@@ -24,8 +24,10 @@ L{WatchedClientTLS} makes (L{streamline}): the pipeline's pieces go to
 OpenSSL without Twisted's joins and slices, and the records leave with one
 C{send} per write, straight to the socket as
 L{imapmig.imap.gather.sendNow} sends a plain TCP connection's pieces.
-L{TLSReceiver} is the read path: what one read of the socket brings is
-decrypted into one C{bytes} for the protocol, not one per 16 KiB record.
+L{TLSReceiver} is the read path: OpenSSL reads the records from each read
+of the socket in place (not from a copy in pyOpenSSL's memory BIO), and
+what one read brings is decrypted into one C{bytes} for the protocol, not
+one per 16 KiB record.
 Both read Twisted's and pyOpenSSL's private state (C{_tlsConnection},
 C{_handshakeDone}, C{_from_ssl}, ...): the tests of this module pin the
 behaviour they rely on.
@@ -377,11 +379,13 @@ def _records(pieces: Sequence[Piece]) -> list[Piece]:
 class TLSReceiver:
     """
     The read side of one of Twisted's TLS transports, made by
-    L{streamline}: in place of its C{_flushReceiveBIO}, all the plaintext
-    OpenSSL can give after one read of the socket (up to 64 KiB, four
-    records) is read into a shared buffer and handed to the protocol as one
-    C{bytes}, as plain TCP hands what one C{recv} brought; the end of what
-    there is to read is learnt from C{SSL_get_error}, not from an exception.
+    L{streamline}: in place of its C{dataReceived}, each read of the socket
+    is the connection's read BIO once the handshake is done (read in place,
+    not copied); in place of its C{_flushReceiveBIO}, all the plaintext
+    OpenSSL can give after one read (up to 256 KiB, sixteen records) is
+    read into a shared buffer and handed to the protocol as one C{bytes},
+    as plain TCP hands what one C{recv} brought; the end of what there is
+    to read is learnt from C{SSL_get_error}, not from an exception.
 
     Twisted's own loop calls pyOpenSSL's C{recv} once per 16 KiB record
     (a fresh 32 KiB buffer each time, then a copy into C{bytes}) and hands
