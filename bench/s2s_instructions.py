@@ -4,7 +4,7 @@ Count the user-space instructions of one whole server-to-server imapmig run
 C{valgrind --tool=callgrind}: repeatable to a fraction of a per cent, where
 wall-clock times on a shared machine move by tens of per cent.
 
-    .venv/bin/python -m bench.s2s_instructions TREE [CORPUS [--keep DIR]]
+    .venv/bin/python -m bench.s2s_instructions TREE [CORPUS] [--keep DIR] [--tls MODE]
 
 TREE is a checkout of imapmig (its C{imapmig} package is what runs);
 CORPUS a corpus directory under C{bench/work/corpus} (default
@@ -19,7 +19,10 @@ each into a fresh destination account whose message count is checked, and
 prints both counts and the difference per message.  With C{--keep DIR} the
 two C{callgrind.out} files are kept there (for C{callgrind_annotate}); with
 C{--cprofile} the runs are made under cProfile instead, their statistics
-kept as C{cprofile.full} and C{cprofile.empty} (for L{pstats}).
+kept as C{cprofile.full} and C{cprofile.empty} (for L{pstats}).  With
+C{--tls implicit} or C{--tls starttls} imapmig reaches both servers so
+(as the C{tls} part's server-to-server row does), so that what each TLS
+mode costs imapmig is counted apart from the machine's load.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench.contenders import Invocation, SourceAccount, imapmigServerToServerConfig
+from bench.contenders import TLS_MODES, Invocation, SourceAccount, imapmigServerToServerConfig
 from bench.instructions import callgrindDaemon
 from bench.servers import PASSWORD, VARIANTS, BenchServer
 
@@ -92,9 +95,10 @@ def _warm(server: BenchServer, user: str) -> None:
 
 
 def _run(tree: str, source: BenchServer, sourceUser: str, destination: BenchServer,
-         base: str, out: str, profile: bool) -> tuple[int, str]:  # fmt: skip
+         base: str, out: str, profile: bool, tls: str = "none") -> tuple[int, str]:  # fmt: skip
     """
-    One imapmig run under callgrind (or cProfile) from C{sourceUser}.
+    One imapmig run under callgrind (or cProfile) from C{sourceUser}, both
+    servers reached as C{tls} says (L{TLS_MODES}).
 
     @return: its instruction count (0 under cProfile) and the destination
         account written.
@@ -104,7 +108,9 @@ def _run(tree: str, source: BenchServer, sourceUser: str, destination: BenchServ
     invocation = Invocation(
         host=destination.host, port=destination.port, user=user, maildir="", runDir=run,
         server=VARIANTS["default"], rawBinary="",
-        source=SourceAccount(source.host, source.port, sourceUser, destination.configPath),
+        source=SourceAccount(source.host, source.port, sourceUser, destination.configPath,
+                             tls=tls, tlsPort=source.tlsPort, caPath=source.caPath),
+        tls=tls, tlsPort=destination.tlsPort, caPath=destination.caPath,
     )  # fmt: skip
     config = imapmigServerToServerConfig(invocation)
     if profile:
@@ -127,6 +133,8 @@ def main() -> None:
     parser.add_argument("--keep", help="a directory to keep the callgrind.out files in")
     parser.add_argument("--cprofile", action="store_true",
                         help="run under cProfile instead (statistics kept as KEEP/cprofile.*)")
+    parser.add_argument("--tls", choices=TLS_MODES, default="none",
+                        help="how imapmig reaches both servers (default: plain TCP)")
     args = parser.parse_args()
     tree = os.path.abspath(args.tree)
     work = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")
@@ -148,12 +156,13 @@ def main() -> None:
         counts = {}
         for kind, user in (("full", full), ("empty", nothing)):
             out = os.path.join(keep, f"{'cprofile' if args.cprofile else 'callgrind.out'}.{kind}")
-            counts[kind], written = _run(tree, source, user, destination, base, out, args.cprofile)
+            counts[kind], written = _run(tree, source, user, destination, base, out, args.cprofile,
+                                         args.tls)
             copied = _messages(destination, written)
             wanted = expected if kind == "full" else 0
             assert copied == wanted, f"{kind}: {copied} messages copied, {wanted} expected"
         net = counts["full"] - counts["empty"]
-        print(f"{tree} {args.corpus}: full {counts['full']:,}, empty {counts['empty']:,}, "
+        print(f"{tree} {args.corpus} ({args.tls}): full {counts['full']:,}, empty {counts['empty']:,}, "
               f"net {net:,} instructions, {net / expected / 1000:.1f}k per message "
               f"({expected} messages)")  # fmt: skip
     finally:

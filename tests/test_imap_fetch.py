@@ -26,6 +26,7 @@ from twisted.internet.task import Clock
 from twisted.internet.testing import StringTransport
 from twisted.mail.imap4 import IMAP4Exception
 from twisted.python.failure import Failure
+import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.trial.unittest import SynchronousTestCase
@@ -53,6 +54,7 @@ from imapmig.imap.mailboxes import ListedMailbox
 from imapmig.imap.session import IMAPSession
 from imapmig.imap.syntax import formatUIDSet, parseResponse
 from imapmig.imap.spool import SpooledLiteral
+from imapmig.mail.message import formatInternalDate
 
 CET = timezone(timedelta(hours=1))
 
@@ -208,6 +210,49 @@ class ParserTests(SynchronousTestCase):
             item.internalDate,
             datetime(2020, 1, 2, 7, 8, 9, tzinfo=timezone(timedelta(hours=-5))),
         )
+
+    def test_listedDateKeepsItsOctets(self) -> None:
+        """
+        The date of a listing response as servers write it keeps its quoted
+        octets where they are a valid APPEND C{date-time} (the day two
+        octets): formatted for APPEND, it is those octets; a one-digit day,
+        which APPEND does not accept, is formatted.
+        """
+        for date, sent in (
+            (b'" 2-Jan-2020 07:08:09 -0500"', b'" 2-Jan-2020 07:08:09 -0500"'),
+            (b'"22-Nov-2026 23:59:59 +0000"', b'"22-Nov-2026 23:59:59 +0000"'),
+            (b'"2-Jan-2020 07:08:09 +0130"', b'"02-Jan-2020 07:08:09 +0130"'),
+        ):
+            [item] = self.parse(
+                b"* 1 FETCH (UID 5 FLAGS () INTERNALDATE " + date + b" RFC822.SIZE 10)\r\n"
+            )
+            assert item.internalDate is not None
+            self.assertEqual(formatInternalDate(item.internalDate), sent)
+            [general] = self.parse(
+                b"* 1 FETCH ( UID 5 FLAGS () INTERNALDATE " + date + b" RFC822.SIZE 10)\r\n"
+            )
+            self.assertEqual(item.internalDate, general.internalDate)
+
+    def test_madeItem(self) -> None:
+        """
+        L{fetcheditem.madeItem} makes the same item as L{FetchedItem}'s
+        constructor, frozen as it.
+        """
+        when = datetime(2020, 1, 2, tzinfo=timezone.utc)
+        made = fetcheditem.madeItem(3, 7, ("\\Seen",), when, 10, {b"BODY[]": b"x"})
+        self.assertEqual(
+            made,
+            FetchedItem(
+                sequence=3, uid=7, flags=("\\Seen",), internalDate=when, size=10,
+                sections={b"BODY[]": b"x"},
+            ),
+        )  # fmt: skip
+        self.assertEqual(
+            fetcheditem.madeItem(1, 2, None, None, None, fetcheditem._NO_SECTIONS),
+            FetchedItem(sequence=1, uid=2),
+        )
+        with self.assertRaises(attrs.exceptions.FrozenInstanceError):
+            made.uid = 8  # type: ignore[misc]
 
     def test_listedFlagsReadOnce(self) -> None:
         """

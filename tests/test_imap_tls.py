@@ -963,6 +963,44 @@ class ReceiverTests(_TLSPairCase):
         self.assertEqual(b"".join(reads.pieces), data)
         self.assertIsNone(reads.reason)
 
+    def test_readInPlace(self) -> None:
+        """
+        After the handshake, OpenSSL reads the records from each read
+        itself (a read-only BIO over it), not from a copy written into
+        pyOpenSSL's memory BIO: nothing goes through C{bio_write}, and
+        records cut at any read's end arrive whole and in order.
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 200
+        client, wire = self._wire(reads, data)
+        connection: Any = client._tlsConnection
+        written: list[bytes] = []
+        connection.bio_write = written.append
+        for start in range(0, len(wire), 5000):
+            client.dataReceived(wire[start : start + 5000])
+        self.assertEqual(written, [])
+        self.assertEqual(b"".join(reads.pieces), data)
+        self.assertIsNone(reads.reason)
+
+    def test_afterTheEnd(self) -> None:
+        """
+        What arrives once the TLS connection has ended (its shutdown
+        finished, or the connection lost) is dropped without an error:
+        nothing more is read from it, as in Twisted's own reading.
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 200
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire[:20000])
+        self.assertEqual(reads.pieces, [data[:16384]])
+        internal: Any = client
+        internal._lostTLSConnection = True
+        client.dataReceived(wire[20000:])
+        internal._tlsConnection = None
+        client.dataReceived(wire[20000:])
+        self.assertEqual(reads.pieces, [data[:16384]])
+        self.assertEqual(self.flushLoggedErrors(), [])
+
     def test_resetMidRecord(self) -> None:
         """
         The connection ending in the middle of a record, even cleanly: the

@@ -5,17 +5,21 @@ source's pool a call runs on.
 The pool's calls against a scripted server (opening, dropping, an extra
 connection refused) are tested through the facade in
 L{tests.test_sources_imap}; these check the choice alone, on connections
-whose sessions are stand-ins.
+whose sessions are stand-ins, and the size of a source connection's reads.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import cast
 
+from twisted.internet import tcp
+from twisted.internet.protocol import Protocol
+from twisted.internet.testing import MemoryReactor, StringTransport
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.imap.session import IMAPSession
-from imapmig.sources.imappool import PooledSession, SessionPool
+from imapmig.sources.imappool import SOURCE_READ_BYTES, PooledSession, SessionPool, widenReads
 
 
 async def _neverOpened() -> IMAPSession:
@@ -125,3 +129,70 @@ class ChooseTests(SynchronousTestCase):
         inbox.lock.acquire()
         self.assertIs(pool.choose("Trash"), sent)
         self.assertIs(pool.choose(None), sent)
+
+
+class _Wrapper:
+    """
+    A transport wrapping another, as Twisted's TLS and imapmig's COMPRESS
+    wrappers do (C{transport}: the wrapped one).
+    """
+
+    def __init__(self, transport: object) -> None:
+        self.transport = transport
+
+
+class _Session:
+    """
+    A stand-in for a logged-in session: its client's transport only.
+    """
+
+    def __init__(self, transport: object) -> None:
+        self.client = _Wrapper(None)
+        self.client.transport = transport
+
+
+class WidenReadsTests(SynchronousTestCase):
+    """
+    L{widenReads}: a source connection's reads of L{SOURCE_READ_BYTES}.
+    """
+
+    def connection(self) -> tcp.Connection:
+        """
+        A TCP transport on one end of a socket pair (both closed after the
+        test).
+        """
+        ours, theirs = socket.socketpair()
+        self.addCleanup(ours.close)
+        self.addCleanup(theirs.close)
+        return tcp.Connection(ours, Protocol(), MemoryReactor())
+
+    def test_underWrappers(self) -> None:
+        """
+        The TCP transport itself (plain, or after STARTTLS) or under
+        wrappers (implicit TLS, COMPRESS) reads L{SOURCE_READ_BYTES} at a
+        time; a transport with no TCP transport under it is left alone.
+        """
+        self.assertGreater(SOURCE_READ_BYTES, tcp.Connection.bufferSize)
+        for wrappers in range(3):
+            connection = self.connection()
+            transport: object = connection
+            for _ in range(wrappers):
+                transport = _Wrapper(transport)
+            self.assertTrue(widenReads(transport))
+            self.assertEqual(connection.bufferSize, SOURCE_READ_BYTES)
+        memory = StringTransport()
+        self.assertFalse(widenReads(memory))
+        self.assertFalse(widenReads(_Wrapper(None)))
+
+    def test_poolWidensItsSessions(self) -> None:
+        """
+        Each session the pool opens reads L{SOURCE_READ_BYTES} at a time.
+        """
+        connection = self.connection()
+
+        async def opened() -> IMAPSession:
+            return cast(IMAPSession, _Session(_Wrapper(connection)))
+
+        pool = SessionPool(opened, "alice", 1, None, None)
+        self.successResultOf(pool.open())
+        self.assertEqual(connection.bufferSize, SOURCE_READ_BYTES)

@@ -46,7 +46,7 @@ from typing import Any, Callable
 from attrs import evolve, frozen
 
 from imapmig.errors import FetchParseError, FetchSpoolError
-from imapmig.imap.fetcheditem import FetchedItem, isMessageData, itemOf, listedItem
+from imapmig.imap.fetcheditem import FetchedItem, isMessageData, itemOf, listedItem, madeItem
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.imap.syntax import Value, scan
 
@@ -130,11 +130,12 @@ _BODY_LINE = re.compile(_BODY_LINE_PATTERN + rb"\r\n")
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
 # RFC822.SIZE)}) as servers write it, flags made of atoms only, the date
 # spelled as RFC 3501 shows it (the month capitalised): read without the
-# tokenizer, the date's fields found by the same match, into the same item.
+# tokenizer, the date's fields found by the same match (and its quoted octets,
+# which the destination's APPEND can send as they came), into the same item.
 _LISTING = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \(UID ([0-9]{1,10}) FLAGS \(([^\x00-\x1f()\"{}\[\]\x7f]*)\) "
-    rb'INTERNALDATE "( ?[0-9]{1,2})-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-([0-9]{4}) '
-    rb'([0-9]{2}):([0-9]{2}):([0-9]{2}) ([-+][0-9]{4})" RFC822\.SIZE ([0-9]{1,18})\)\Z'
+    rb'INTERNALDATE ("( ?[0-9]{1,2})-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-([0-9]{4}) '
+    rb'([0-9]{2}):([0-9]{2}):([0-9]{2}) ([-+][0-9]{4})") RFC822\.SIZE ([0-9]{1,18})\)\Z'
 )
 
 
@@ -494,7 +495,7 @@ class FetchResponseParser:
         self._stack = []
         self._responseOctets = 0
         self._memoryOctets = 0
-        self._itemReceived(FetchedItem(sequence=sequence, uid=int(uid), sections={section: body}))
+        self._itemReceived(madeItem(sequence, int(uid), None, None, None, {section: body}))
         return True
 
     def _literalFollows(self, size: int) -> None:

@@ -22,12 +22,14 @@ from attrs import field, frozen
 from imapmig.errors import FetchParseError
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.imap.syntax import Value
+from imapmig.mail.message import WireDate
 
 __all__ = [
     "FetchedItem",
     "isMessageData",
     "itemOf",
     "listedItem",
+    "madeItem",
     "parseInternalDate",
 ]
 
@@ -317,6 +319,47 @@ def itemOf(
     return FetchedItem(sequence=sequence, **fields)
 
 
+# FetchedItem's slots, set directly by madeItem.
+_SET_SEQUENCE, _SET_UID, _SET_FLAGS, _SET_DATE, _SET_SIZE, _SET_MODSEQ = (
+    FetchedItem.__dict__[name].__set__
+    for name in ("sequence", "uid", "flags", "internalDate", "size", "modSeq")
+)
+_SET_SECTIONS, _SET_EXTRA, _SET_SPOOLED = (
+    FetchedItem.__dict__[name].__set__ for name in ("sections", "extra", "spooled")
+)
+_newObject = object.__new__
+_newDate = datetime.__new__
+
+
+def madeItem(
+    sequence: int,
+    uid: int,
+    flags: tuple[str, ...] | None,
+    internalDate: datetime | None,
+    size: int | None,
+    sections: Mapping[bytes, bytes | None],
+) -> FetchedItem:
+    """
+    The same L{FetchedItem} as C{FetchedItem(sequence, uid, flags,
+    internalDate, size, sections=sections)}, made in half the time, for
+    the responses that come one per message (a listing's, a body's): a
+    frozen attrs class's constructor sets each of its nine fields through
+    C{object.__setattr__}; this sets its slots directly.  (L{FetchedItem}
+    has no validator or converter for this to skip.)
+    """
+    item: FetchedItem = _newObject(FetchedItem)
+    _SET_SEQUENCE(item, sequence)
+    _SET_UID(item, uid)
+    _SET_FLAGS(item, flags)
+    _SET_DATE(item, internalDate)
+    _SET_SIZE(item, size)
+    _SET_MODSEQ(item, None)
+    _SET_SECTIONS(item, sections)
+    _SET_EXTRA(item, _NO_EXTRA)
+    _SET_SPOOLED(item, _NO_SPOOLED)
+    return item
+
+
 def listedItem(match: re.Match[bytes]) -> FetchedItem:
     """
     The L{FetchedItem} of a listing response as servers write it, matched
@@ -325,22 +368,27 @@ def listedItem(match: re.Match[bytes]) -> FetchedItem:
     impossible date is L{None}).  One per message listed: the date is made
     from the fields the match found (a third of a listing response's
     reading went to L{parseInternalDate}'s splits), its zone once per
-    distinct offset.
+    distinct offset; it is a L{WireDate} carrying its octets where they
+    are a valid APPEND C{date-time} (the day two octets, C{" 7"} or
+    C{"07"}, as RFC 3501's C{date-day-fixed}), so that the destination's
+    APPEND sends them as they came.
     """
-    sequence, uid, flags, day, month, year, hour, minute, second, zone, size = match.groups()
+    (
+        sequence, uid, flags, quoted, day, month, year, hour, minute, second, zone, size
+    ) = match.groups()  # fmt: skip
+    internalDate: WireDate | None
     try:
-        internalDate: datetime | None = datetime(
-            int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second),
-            tzinfo=_zoneOf(zone),
+        internalDate = _newDate(
+            WireDate, int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second),
+            0, _zoneOf(zone),
         )  # fmt: skip
     except ValueError:
         internalDate = None
-    return FetchedItem(
-        sequence=int(sequence),
-        uid=int(uid),
-        flags=_listedFlags(flags),
-        internalDate=internalDate,
-        size=int(size),
+    else:
+        if len(day) == 2:
+            internalDate.quoted = quoted
+    return madeItem(
+        int(sequence), int(uid), _listedFlags(flags), internalDate, int(size), _NO_SECTIONS
     )
 
 

@@ -24,8 +24,10 @@ L{WatchedClientTLS} makes (L{streamline}): the pipeline's pieces go to
 OpenSSL without Twisted's joins and slices, and the records leave with one
 C{send} per write, straight to the socket as
 L{imapmig.imap.gather.sendNow} sends a plain TCP connection's pieces.
-L{TLSReceiver} is the read path: what one read of the socket brings is
-decrypted into one C{bytes} for the protocol, not one per 16 KiB record.
+L{TLSReceiver} is the read path: OpenSSL reads the records from each read
+of the socket in place (not from a copy in pyOpenSSL's memory BIO), and
+what one read brings is decrypted into one C{bytes} for the protocol, not
+one per 16 KiB record.
 Both read Twisted's and pyOpenSSL's private state (C{_tlsConnection},
 C{_handshakeDone}, C{_from_ssl}, ...): the tests of this module pin the
 behaviour they rely on.
@@ -106,10 +108,11 @@ buffer never grows past it (or past L{_SENDING}'s first size) for the
 life of the process.
 """
 
-_RECEIVING = _Scratch(2**16)
+_RECEIVING = _Scratch(2**18)
 """
 What L{TLSReceiver} reads plaintext into: the most one read of Twisted's
-TCP transport brings, decrypted.
+TCP transport brings, decrypted (a source connection's reads are of
+L{imapmig.sources.imappool.SOURCE_READ_BYTES}).
 """
 
 HEAD_OCTETS = 81
@@ -376,11 +379,13 @@ def _records(pieces: Sequence[Piece]) -> list[Piece]:
 class TLSReceiver:
     """
     The read side of one of Twisted's TLS transports, made by
-    L{streamline}: in place of its C{_flushReceiveBIO}, all the plaintext
-    OpenSSL can give after one read of the socket (up to 64 KiB, four
-    records) is read into a shared buffer and handed to the protocol as one
-    C{bytes}, as plain TCP hands what one C{recv} brought; the end of what
-    there is to read is learnt from C{SSL_get_error}, not from an exception.
+    L{streamline}: in place of its C{dataReceived}, each read of the socket
+    is the connection's read BIO once the handshake is done (read in place,
+    not copied); in place of its C{_flushReceiveBIO}, all the plaintext
+    OpenSSL can give after one read (up to 256 KiB, sixteen records) is
+    read into a shared buffer and handed to the protocol as one C{bytes},
+    as plain TCP hands what one C{recv} brought; the end of what there is
+    to read is learnt from C{SSL_get_error}, not from an exception.
 
     Twisted's own loop calls pyOpenSSL's C{recv} once per 16 KiB record
     (a fresh 32 KiB buffer each time, then a copy into C{bytes}) and hands
@@ -390,6 +395,58 @@ class TLSReceiver:
 
     def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
         self._protocol = protocol
+        # The read the connection's read BIO is made over, and the pointer
+        # OpenSSL reads it through: kept until the next read replaces it.
+        self._held: tuple[bytes, Any] | None = None
+
+    def dataReceived(self, data: bytes) -> None:
+        """
+        What one read of the socket brought (Twisted's C{dataReceived} of
+        the TLS transport).  After the handshake, OpenSSL reads its records
+        from C{data} itself: a read-only memory BIO made over it
+        (C{BIO_new_mem_buf}) becomes the connection's read BIO, where
+        Twisted's C{bio_write} copies every octet into pyOpenSSL's memory
+        BIO, whose growth zeroes every octet first (C{BUF_MEM_grow_clean}):
+        a copy and a C{memset} per octet read.  A record cut at the read's
+        end is kept by OpenSSL's record layer, not by the BIO, so each read
+        is taken whole.  Before the handshake ends, Twisted's own way.
+        """
+        protocol: Any = self._protocol
+        connection = protocol._tlsConnection
+        if not protocol._handshakeDone:
+            TLSMemoryBIOProtocol.dataReceived(protocol, data)
+            return
+        if connection is None or protocol._lostTLSConnection or not data:
+            # The TLS connection is over: Twisted would write this to the
+            # read BIO (read-only now) and read nothing more.
+            return
+        self._readFrom(connection, data)
+        if protocol._appSendBuffer:
+            protocol._unbufferPendingWrites()
+        self.receive()
+
+    def _readFrom(self, connection: Any, data: bytes) -> None:
+        """
+        Make a read-only memory BIO over C{data} the read BIO of
+        C{connection} (C{SSL_set_bio} frees the one before, and pyOpenSSL's
+        C{bio_shutdown} then reaches the new one), after what the one before
+        still held (none, unless a reading stopped with the connection).
+        """
+        current = connection._into_ssl
+        left = _lib.BIO_get_mem_data(current, _ffi.NULL)
+        if left > 0:
+            rest = _ffi.new("char[]", left)
+            _lib.BIO_read(current, rest, left)
+            data = _ffi.buffer(rest)[:] + data
+        pointer = _ffi.from_buffer(data)
+        bio = _lib.BIO_new_mem_buf(pointer, len(data))
+        if bio == _ffi.NULL:
+            raise MemoryError("BIO_new_mem_buf")
+        # Empty, it asks for more (as a memory BIO does), not an end.
+        _lib.BIO_set_mem_eof_return(bio, -1)
+        _lib.SSL_set_bio(connection._ssl, bio, connection._from_ssl)
+        connection._into_ssl = bio
+        self._held = (data, pointer)
 
     def receive(self) -> None:
         """
@@ -463,10 +520,12 @@ def streamline(tlsProtocol: object, connection: SSL.Connection) -> None:
         return
     _lib.SSL_clear_mode(connection._ssl, _lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
     sender = TLSSender(tlsProtocol)
+    receiver = TLSReceiver(tlsProtocol)
     protocol: Any = tlsProtocol
     protocol.writeSequence = sender.writeSequence
     protocol._flushSendBIO = sender.flush
-    protocol._flushReceiveBIO = TLSReceiver(tlsProtocol).receive
+    protocol._flushReceiveBIO = receiver.receive
+    protocol.dataReceived = receiver.dataReceived
     protocol.tlsSender = sender
 
 

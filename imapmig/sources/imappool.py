@@ -31,6 +31,7 @@ from typing import (
     TypeVar,
 )
 
+from twisted.internet import tcp
 from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 
@@ -39,12 +40,44 @@ from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
 from imapmig.sources.imapthrottle import IThrottle
 
-__all__ = ["PooledSession", "SessionPool"]
+__all__ = ["SOURCE_READ_BYTES", "PooledSession", "SessionPool", "widenReads"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
 
 log = Logger()
+
+SOURCE_READ_BYTES = 256 * 1024
+"""
+The most one read of a source connection takes from its socket (Twisted's
+C{bufferSize}, 64 KiB by default).  A source connection brings message
+bodies and sends only commands, so the write buffer's pause threshold,
+which the same attribute sets, never matters to it; and what is handled
+per read (the reactor's wakeup, the C{recv}, the reply reader's and the
+TLS receiver's calls) is paid a fourth as often.
+"""
+
+# Wrappers between a session's protocol and its TCP transport: TLS,
+# COMPRESS.
+_MAX_WRAPPERS = 4
+
+
+def widenReads(transport: object, size: int = SOURCE_READ_BYTES) -> bool:
+    """
+    Have the TCP transport under C{transport} (through an implicit-TLS or
+    COMPRESS wrapper; after STARTTLS, the transport itself) read up to
+    C{size} octets at a time.
+
+    @return: whether a TCP transport was found (not in a test's memory).
+    """
+    for _ in range(_MAX_WRAPPERS + 1):
+        if isinstance(transport, tcp.Connection):
+            transport.bufferSize = size
+            return True
+        transport = getattr(transport, "transport", None)
+        if transport is None:
+            return False
+    return False
 
 
 class PooledSession:
@@ -147,7 +180,9 @@ class SessionPool:
         """
 
         async def opened() -> IMAPSession:
-            return await self._openSession()
+            session = await self._openSession()
+            widenReads(session.client.transport)
+            return session
 
         opening = Deferred.fromCoroutine(opened())
         if not opening.called:
