@@ -22,7 +22,7 @@ from imapmig.mail.message import (
     SourceMessage,
     StreamedBody,
     UnreadableMessage,
-    formatInternalDate,
+    withInternalDate,
 )
 from imapmig.mail.messagenames import namesOfBody
 from imapmig.mail.octets import EIGHT_BIT, NUL, UNKNOWN
@@ -160,7 +160,7 @@ class MessagePreparation:
                     body,
                     flagList
                     if internalDate is None
-                    else beforeDate + formatInternalDate(internalDate),
+                    else withInternalDate(beforeDate, internalDate),
                     binary,
                     target,
                     message,

@@ -1,7 +1,15 @@
 /*
- * imapmig.mail._octets: the one pass over a message's octets (issue 31).
+ * imapmig.mail._octets: the one pass over a message's octets (issue 31),
+ * and the per-message work around it that Python did at a cost many times
+ * the pass's own on a small message.
  *
  * crlfAndFacts(data, afterCR=False, last=True) -> (converted, facts)
+ * readListed(messages, locate, descriptors, largest, flags, notRead, bodies,
+ *            facts) -> missed: a batch of message files read, each in one
+ *     read(2) into one buffer reused from file to file, and converted from
+ *     there into its body (imapmig.sources.messagefile.readListedFiles).
+ * withInternalDate(prefix, when) -> bytes: an APPEND's date argument
+ *     (imapmig.mail.message.withInternalDatePython).
  *
  * The same function as imapmig.mail.octets.crlfAndFactsPython, which is the
  * reference and the fallback where this extension was not built (no
@@ -33,6 +41,10 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <limits.h>
+#include <datetime.h>
 
 /* OCTETS_PORTABLE: octet by octet only, as on a processor other than
  * x86-64 (tests.test_mail_octets builds it so to test that path). */
@@ -401,6 +413,51 @@ PyDoc_STRVAR(crlfAndFactsBaseline_doc,
 "crlfAndFacts without its AVX2 steps (SSE2 on x86-64, else octet by\n"
 "octet), for the tests: what a processor without AVX2 runs.");
 
+/*
+ * p[0..n) converted, the octet before p[0] a CR when afterCR; its facts in
+ * *facts.  When no LF needs a CR the result is data itself (uncopied) if
+ * data is given, else a new bytes object holding p[0..n).
+ */
+static PyObject *
+convertOctets(PyObject *data, const unsigned char *p, Py_ssize_t n, int afterCR, int last,
+              int wide, unsigned int *facts)
+{
+    Py_ssize_t fuseAt;
+    Scan s = findFacts(p, n, afterCR, wide, &fuseAt);
+    PyObject *converted;
+#ifdef OCTETS_AVX2
+    if (fuseAt >= 0) {
+        converted = convertFused(p, n, fuseAt, &s);
+        if (converted == NULL) {
+            return NULL;
+        }
+    }
+    else
+#endif
+    if (s.bareLF == 0) {
+        converted = data != NULL ? Py_NewRef(data)
+                                 : PyBytes_FromStringAndSize((const char *)p, n);
+        if (converted == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        if (s.bareLF > PY_SSIZE_T_MAX - n) {
+            return PyErr_NoMemory();
+        }
+        converted = PyBytes_FromStringAndSize(NULL, n + s.bareLF);
+        if (converted == NULL) {
+            return NULL;
+        }
+        convert(p, n, afterCR, (unsigned char *)PyBytes_AS_STRING(converted), wide);
+    }
+    *facts = s.facts;
+    if (s.prevCR) {
+        *facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
+    }
+    return converted;
+}
+
 static PyObject *
 crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
 {
@@ -421,36 +478,11 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
     if (nargs > 2 && (last = PyObject_IsTrue(args[2])) < 0) {
         return NULL;
     }
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
-    Py_ssize_t fuseAt;
-    Scan s = findFacts(p, n, afterCR, wide, &fuseAt);
-    PyObject *converted;
-#ifdef OCTETS_AVX2
-    if (fuseAt >= 0) {
-        converted = convertFused(p, n, fuseAt, &s);
-        if (converted == NULL) {
-            return NULL;
-        }
-    }
-    else
-#endif
-    if (s.bareLF == 0) {
-        converted = Py_NewRef(data);
-    }
-    else {
-        if (s.bareLF > PY_SSIZE_T_MAX - n) {
-            return PyErr_NoMemory();
-        }
-        converted = PyBytes_FromStringAndSize(NULL, n + s.bareLF);
-        if (converted == NULL) {
-            return NULL;
-        }
-        convert(p, n, afterCR, (unsigned char *)PyBytes_AS_STRING(converted), wide);
-    }
-    unsigned int facts = s.facts;
-    if (s.prevCR) {
-        facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
+    unsigned int facts;
+    PyObject *converted = convertOctets(data, (const unsigned char *)PyBytes_AS_STRING(data),
+                                        PyBytes_GET_SIZE(data), afterCR, last, wide, &facts);
+    if (converted == NULL) {
+        return NULL;
     }
     PyObject *result = PyTuple_New(2);
     PyObject *found = PyLong_FromLong((long)facts);
@@ -462,6 +494,343 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
     }
     PyTuple_SET_ITEM(result, 0, converted);
     PyTuple_SET_ITEM(result, 1, found);
+    return result;
+}
+
+/* The facts of a body not looked at (imapmig.mail.octets.UNKNOWN). */
+#define FACT_UNKNOWN 128
+
+/* A buffer every file of one readListed call is read into, grown as
+ * needed: a small message's octets stay in the cache from the read to the
+ * conversion, and no buffer is allocated per file but its body. */
+typedef struct {
+    unsigned char *octets;
+    size_t room;
+} Scratch;
+
+/*
+ * The file name relative to dirFd of size octets (0 < size), read in one
+ * read(2) of one octet more into the scratch buffer, converted and its
+ * facts found (convertOctets) into a bytes object of its final size.
+ * Py_None, with no error set, when it is not read so: a name that is not
+ * a str or holds a NUL, a file that cannot be opened (gone, a symbolic
+ * link, a socket) or read (a FIFO, a directory), or that has another size
+ * than listed (the caller's slower path says why).  The GIL is released
+ * once a file, around its open, read and close.
+ */
+static PyObject *
+readOne(int dirFd, PyObject *name, Py_ssize_t size, int flags, Scratch *scratch,
+        unsigned int *facts)
+{
+    if (!PyUnicode_Check(name)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *encoded = NULL;
+    const char *path;
+    Py_ssize_t length;
+    if (PyUnicode_IS_COMPACT_ASCII(name)) {
+        path = (const char *)PyUnicode_DATA(name);
+        length = PyUnicode_GET_LENGTH(name);
+    }
+    else {
+        /* As os.open encodes it (surrogateescape for undecodable names). */
+        encoded = PyUnicode_EncodeFSDefault(name);
+        if (encoded == NULL) {
+            return NULL;
+        }
+        path = PyBytes_AS_STRING(encoded);
+        length = PyBytes_GET_SIZE(encoded);
+    }
+    if ((Py_ssize_t)strlen(path) != length || (size_t)size >= (size_t)PY_SSIZE_T_MAX) {
+        Py_XDECREF(encoded);
+        Py_RETURN_NONE;
+    }
+    size_t wanted = (size_t)size + 1;
+    if (scratch->room < wanted) {
+        unsigned char *grown = PyMem_RawRealloc(scratch->octets, wanted);
+        if (grown == NULL) {
+            Py_XDECREF(encoded);
+            return PyErr_NoMemory();
+        }
+        scratch->octets = grown;
+        scratch->room = wanted;
+    }
+    ssize_t got = -1;
+    Py_BEGIN_ALLOW_THREADS
+    int fd = openat(dirFd, path, flags);
+    if (fd >= 0) {
+        got = read(fd, scratch->octets, wanted);
+        close(fd);
+    }
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(encoded);
+    if (got != (ssize_t)size) {
+        /* It grew (an octet more than expected), shrank, is not a regular
+         * file at all (a FIFO put in its place reads as empty), or could
+         * not be opened or read. */
+        Py_RETURN_NONE;
+    }
+    return convertOctets(NULL, scratch->octets, size, 0, 1, 1, facts);
+}
+
+static PyObject *attrKey = NULL, *attrSize = NULL;
+
+/* An int object as a C int; -1 with an error set when it is none. */
+static int
+asInt(PyObject *number)
+{
+    long value = PyLong_AsLong(number);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (value < INT_MIN || value > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C int");
+        return -1;
+    }
+    return (int)value;
+}
+
+/*
+ * The body of one message for readListed: a new reference to its bytes
+ * (facts in *facts), Py_None when its file is not read by readOne, NULL on
+ * an error.
+ */
+static PyObject *
+readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize_t largest,
+            int flags, Scratch *scratch, unsigned int *facts)
+{
+    PyObject *sizeObject = PyObject_GetAttr(message, attrSize);
+    if (sizeObject == NULL) {
+        return NULL;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(sizeObject);
+    Py_DECREF(sizeObject);
+    if (size == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (size <= 0 || size > largest) {
+        Py_RETURN_NONE;
+    }
+    PyObject *key = PyObject_GetAttr(message, attrKey);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *located = PyObject_CallOneArg(locate, key);
+    Py_DECREF(key);
+    if (located == NULL) {
+        return NULL;
+    }
+    PyObject *body = NULL;
+    /* (index into descriptors, name, None when a regular file) */
+    if (!PyTuple_Check(located) || PyTuple_GET_SIZE(located) != 3
+        || PyTuple_GET_ITEM(located, 2) != Py_None) {
+        body = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(located, 0));
+    if (index == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    PyObject *descriptor = (index >= 0 && index < PyList_GET_SIZE(descriptors))
+        ? PyList_GET_ITEM(descriptors, index) : Py_None;
+    if (descriptor == Py_None) {
+        body = Py_NewRef(Py_None);
+        goto done;
+    }
+    int dirFd = asInt(descriptor);
+    if (dirFd == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    body = readOne(dirFd, PyTuple_GET_ITEM(located, 1), size, flags, scratch, facts);
+done:
+    Py_DECREF(located);
+    return body;
+}
+
+PyDoc_STRVAR(readListed_doc,
+"readListed(messages, locate, descriptors, largest, flags, notRead, bodies, facts)\n"
+"-> missed\n\n"
+"Read the listed files of messages, in order, as\n"
+"imapmig.sources.messagefile.readListedFile does each, into bodies (a list)\n"
+"and their facts into facts (a bytearray); notRead and UNKNOWN where a file\n"
+"is not read so.  Returns how many were not.  See\n"
+"imapmig.sources.messagefile.readListedFiles.");
+
+static PyObject *
+readListed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "readListed() takes 8 positional arguments");
+        return NULL;
+    }
+    PyObject *locate = args[1], *descriptors = args[2], *notRead = args[5], *bodies = args[6],
+             *found = args[7];
+    if (!PyList_Check(descriptors) || !PyList_Check(bodies) || !PyByteArray_Check(found)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "readListed() needs a list of descriptors, a list and a bytearray");
+        return NULL;
+    }
+    Py_ssize_t largest = PyLong_AsSsize_t(args[3]);
+    int flags = asInt(args[4]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (attrKey == NULL) {
+        attrKey = PyUnicode_InternFromString("key");
+        attrSize = PyUnicode_InternFromString("size");
+        if (attrKey == NULL || attrSize == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *messages = PySequence_Fast(args[0], "readListed() needs a sequence of messages");
+    if (messages == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(messages), missed = 0, start, i = 0;
+    PyObject **items = PySequence_Fast_ITEMS(messages);
+    Scratch scratch = {NULL, 0};
+    start = PyByteArray_GET_SIZE(found);
+    if (PyByteArray_Resize(found, start + count) < 0) {
+        goto fail;
+    }
+    for (; i < count; i++) {
+        unsigned int facts = FACT_UNKNOWN;
+        PyObject *body = readMessage(items[i], locate, descriptors, largest, flags, &scratch,
+                                     &facts);
+        if (body == NULL) {
+            goto fail;
+        }
+        if (body == Py_None) {
+            Py_SETREF(body, Py_NewRef(notRead));
+            missed++;
+            facts = FACT_UNKNOWN;
+        }
+        int appended = PyList_Append(bodies, body);
+        Py_DECREF(body);
+        if (appended < 0) {
+            goto fail;
+        }
+        PyByteArray_AS_STRING(found)[start + i] = (char)facts;
+    }
+    PyMem_RawFree(scratch.octets);
+    Py_DECREF(messages);
+    return PyLong_FromSsize_t(missed);
+fail:
+    PyMem_RawFree(scratch.octets);
+    Py_DECREF(messages);
+    if (PyByteArray_GET_SIZE(found) > start + i) {
+        /* A fact for each body appended, as before the error. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyByteArray_Resize(found, start + i) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(withInternalDate_doc,
+"withInternalDate(prefix, when) -> bytes\n\n"
+"prefix followed by when as an RFC 3501 date-time with its quotes.  See\n"
+"imapmig.mail.message.withInternalDatePython.");
+
+static const char monthNames[12][4] = {
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+};
+
+/* Two decimal digits of 0 <= n < 100 at out. */
+static INLINE void
+twoDigits(char *out, int n)
+{
+    out[0] = (char)('0' + n / 10);
+    out[1] = (char)('0' + n % 10);
+}
+
+/*
+ * The offset of when from UTC in whole minutes into *minutes, as
+ * formatInternalDate finds it (its seconds truncated, then floored to
+ * minutes); 0 for a naive date or UTC, which takes no call.  -1 with an
+ * error set when it cannot be had.
+ */
+static int
+offsetMinutes(PyObject *when, long *minutes)
+{
+    PyObject *zone = PyDateTime_DATE_GET_TZINFO(when);
+    *minutes = 0;
+    if (zone == Py_None || zone == PyDateTime_TimeZone_UTC) {
+        return 0;
+    }
+    PyObject *offset = PyObject_CallMethod(when, "utcoffset", NULL);
+    if (offset == NULL) {
+        return -1;
+    }
+    if (offset == Py_None) {
+        Py_DECREF(offset);
+        return 0;
+    }
+    if (!PyDelta_Check(offset)) {
+        Py_DECREF(offset);
+        PyErr_SetString(PyExc_TypeError, "utcoffset() gave no timedelta");
+        return -1;
+    }
+    long long micro = ((long long)PyDateTime_DELTA_GET_DAYS(offset) * 86400
+                       + PyDateTime_DELTA_GET_SECONDS(offset)) * 1000000
+        + PyDateTime_DELTA_GET_MICROSECONDS(offset);
+    Py_DECREF(offset);
+    long long seconds = micro / 1000000;
+    *minutes = (long)(seconds >= 0 ? seconds / 60 : -((-seconds + 59) / 60));
+    return 0;
+}
+
+static PyObject *
+withInternalDate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "withInternalDate() takes 2 positional arguments");
+        return NULL;
+    }
+    PyObject *prefix = args[0], *when = args[1];
+    if (!PyBytes_Check(prefix) || !PyDateTime_Check(when)) {
+        PyErr_SetString(PyExc_TypeError, "withInternalDate() needs bytes and a datetime");
+        return NULL;
+    }
+    long minutes;
+    if (offsetMinutes(when, &minutes) < 0) {
+        return NULL;
+    }
+    /* "DD-Mon-YYYY HH:MM:SS +0000" with its quotes: 28 octets. */
+    Py_ssize_t size = PyBytes_GET_SIZE(prefix);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size + 28);
+    if (result == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(result);
+    memcpy(out, PyBytes_AS_STRING(prefix), (size_t)size);
+    out += size;
+    int year = PyDateTime_GET_YEAR(when);
+    out[0] = '"';
+    twoDigits(out + 1, PyDateTime_GET_DAY(when));
+    out[3] = '-';
+    memcpy(out + 4, monthNames[PyDateTime_GET_MONTH(when) - 1], 3);
+    out[7] = '-';
+    twoDigits(out + 8, year / 100);
+    twoDigits(out + 10, year % 100);
+    out[12] = ' ';
+    twoDigits(out + 13, PyDateTime_DATE_GET_HOUR(when));
+    out[15] = ':';
+    twoDigits(out + 16, PyDateTime_DATE_GET_MINUTE(when));
+    out[18] = ':';
+    twoDigits(out + 19, PyDateTime_DATE_GET_SECOND(when));
+    out[21] = ' ';
+    out[22] = minutes < 0 ? '-' : '+';
+    minutes = minutes < 0 ? -minutes : minutes;
+    /* A tzinfo's offset is less than a day (datetime checks it). */
+    twoDigits(out + 23, (int)(minutes / 60 % 100));
+    twoDigits(out + 25, (int)(minutes % 60));
+    out[27] = '"';
     return result;
 }
 
@@ -483,6 +852,9 @@ static PyMethodDef octetsMethods[] = {
     {"crlfAndFacts", (PyCFunction)(void (*)(void))crlfAndFacts, METH_FASTCALL, crlfAndFacts_doc},
     {"crlfAndFactsBaseline", (PyCFunction)(void (*)(void))crlfAndFactsBaseline, METH_FASTCALL,
      crlfAndFactsBaseline_doc},
+    {"readListed", (PyCFunction)(void (*)(void))readListed, METH_FASTCALL, readListed_doc},
+    {"withInternalDate", (PyCFunction)(void (*)(void))withInternalDate, METH_FASTCALL,
+     withInternalDate_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -493,6 +865,10 @@ octetsExec(PyObject *module)
     __builtin_cpu_init();
     haveAVX2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
 #endif
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) {
+        return -1;
+    }
     return PyModule_AddIntConstant(module, "AVX2", haveAVX2);
 }
 
