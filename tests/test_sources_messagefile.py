@@ -240,7 +240,14 @@ class ReadListedFilesTests(SynchronousTestCase):
         bodies: ReadBodies,
     ) -> int:
         return readListedFilesPython(
-            messages, locate, descriptors, LARGE_MESSAGE, FILE_FLAGS, NOT_READ, bodies, bodies.facts
+            messages,
+            locate,
+            descriptors,
+            messagefile.LARGE_MESSAGE,
+            FILE_FLAGS,
+            NOT_READ,
+            bodies,
+            bodies.facts,
         )
 
     def test_compiled(self) -> None:
@@ -317,6 +324,29 @@ class ReadListedFilesTests(SynchronousTestCase):
         self.addCleanup(os.close, reader)
         self.addCleanup(os.close, writer)
         self.assertEqual(self.readBoth(sizes)[0][:3], [NOT_READ] * 3)
+
+    def test_sizeNotListed(self) -> None:
+        """
+        A message listed at 0 octets (the listing did not learn its size)
+        is read at the size its file's status gives, when a regular file
+        of 1 to L{LARGE_MESSAGE} octets; not an empty one, a larger one or
+        a FIFO.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 100)
+        self.file("unknown", b"a\nb\n")
+        self.file("empty", b"")
+        self.file("large", b"x" * 101)
+        os.mkfifo(os.path.join(self.directories[0], "fifo"))
+        self.located["fifo"] = (0, "fifo", None)
+        sizes = {"unknown": 0, "empty": 0, "large": 0, "fifo": 0}
+        self.assertEqual(
+            self.readBoth(sizes),
+            (
+                [b"a\r\nb\r\n", NOT_READ, NOT_READ, NOT_READ],
+                bytes((BARE_LF, UNKNOWN, UNKNOWN, UNKNOWN)),
+                3,
+            ),
+        )
 
     def test_appended(self) -> None:
         """

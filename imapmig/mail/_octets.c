@@ -42,6 +42,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <limits.h>
 #include <datetime.h>
@@ -574,8 +575,25 @@ typedef struct {
     size_t room;
 } Scratch;
 
+/* Room for wanted octets in the scratch buffer; 0 when there is no memory
+ * for them (the GIL need not be held). */
+static int
+growScratch(Scratch *scratch, size_t wanted)
+{
+    if (scratch->room < wanted) {
+        unsigned char *grown = PyMem_RawRealloc(scratch->octets, wanted);
+        if (grown == NULL) {
+            return 0;
+        }
+        scratch->octets = grown;
+        scratch->room = wanted;
+    }
+    return 1;
+}
+
 /*
- * The file name relative to dirFd of size octets (0 < size), read in one
+ * The file name relative to dirFd of size octets (0: not listed, its
+ * status says, up to largest), read in one
  * read(2) of one octet more into the scratch buffer, converted and its
  * facts found (convertOctets) into a bytes object of its final size.
  * Py_None, with no error set, when it is not read so: a name that is not
@@ -585,8 +603,8 @@ typedef struct {
  * once a file, around its open, read and close.
  */
 static PyObject *
-readOne(int dirFd, PyObject *name, Py_ssize_t size, int flags, Scratch *scratch,
-        unsigned int *facts)
+readOne(int dirFd, PyObject *name, Py_ssize_t size, Py_ssize_t largest, int flags,
+        Scratch *scratch, unsigned int *facts)
 {
     if (!PyUnicode_Check(name)) {
         Py_RETURN_NONE;
@@ -611,25 +629,28 @@ readOne(int dirFd, PyObject *name, Py_ssize_t size, int flags, Scratch *scratch,
         Py_XDECREF(encoded);
         Py_RETURN_NONE;
     }
-    size_t wanted = (size_t)size + 1;
-    if (scratch->room < wanted) {
-        unsigned char *grown = PyMem_RawRealloc(scratch->octets, wanted);
-        if (grown == NULL) {
-            Py_XDECREF(encoded);
-            return PyErr_NoMemory();
-        }
-        scratch->octets = grown;
-        scratch->room = wanted;
-    }
     ssize_t got = -1;
+    int grown = 1;
     Py_BEGIN_ALLOW_THREADS
     int fd = openat(dirFd, path, flags);
     if (fd >= 0) {
-        got = read(fd, scratch->octets, wanted);
+        struct stat status;
+        if (size == 0 && fstat(fd, &status) == 0 && S_ISREG(status.st_mode)
+            && 0 < status.st_size && status.st_size <= largest) {
+            /* Not listed: its status gives it (a FIFO or other special file
+             * put in place of the message is not read). */
+            size = (Py_ssize_t)status.st_size;
+        }
+        if (size > 0 && (grown = growScratch(scratch, (size_t)size + 1))) {
+            got = read(fd, scratch->octets, (size_t)size + 1);
+        }
         close(fd);
     }
     Py_END_ALLOW_THREADS
     Py_XDECREF(encoded);
+    if (!grown) {
+        return PyErr_NoMemory();
+    }
     if (got != (ssize_t)size) {
         /* It grew (an octet more than expected), shrank, is not a regular
          * file at all (a FIFO put in its place reads as empty), or could
@@ -674,7 +695,7 @@ readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize
     if (size == -1 && PyErr_Occurred()) {
         return NULL;
     }
-    if (size <= 0 || size > largest) {
+    if (size < 0 || size > largest) {
         Py_RETURN_NONE;
     }
     PyObject *key = PyObject_GetAttr(message, attrKey);
@@ -707,7 +728,7 @@ readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize
     if (dirFd == -1 && PyErr_Occurred()) {
         goto done;
     }
-    body = readOne(dirFd, PyTuple_GET_ITEM(located, 1), size, flags, scratch, facts);
+    body = readOne(dirFd, PyTuple_GET_ITEM(located, 1), size, largest, flags, scratch, facts);
 done:
     Py_DECREF(located);
     return body;

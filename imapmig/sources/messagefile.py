@@ -80,10 +80,11 @@ def readListedFile(
     The common case of L{readMessageFile}, on the hot path: a regular file
     of C{listedSize} octets (1 to L{LARGE_MESSAGE}) that still has that
     size, read in one C{read} with CRLF line endings, its facts found on
-    the way (L{crlfAndFacts}).
+    the way (L{crlfAndFacts}).  A file the listing gave no size (0) is read
+    so at the size its C{fstat} gives, if that is one.
 
     @param name: the file, relative to C{dirFd}.
-    @param listedSize: its size as the listing saw it.
+    @param listedSize: its size as the listing saw it, or 0.
     @param dirFd: the open directory holding it.
     @param flags: how it is opened (L{FILE_FLAGS}).
     @return: the body and its facts (for L{ReadBodies}), or L{None} for
@@ -96,6 +97,11 @@ def readListedFile(
     except OSError:
         return None
     try:
+        if listedSize <= 0:
+            status = os.fstat(fd)
+            if not (stat.S_ISREG(status.st_mode) and 0 < status.st_size <= LARGE_MESSAGE):
+                return None
+            listedSize = status.st_size
         data = os.read(fd, listedSize + 1)
     except OSError:
         return None
@@ -131,10 +137,12 @@ def readListedFiles(
     """
     The common case of a batch of reads, on the hot path: each message's
     file read as L{readListedFile} reads it, appended to C{bodies} with
-    its facts; L{NOT_READ} (and L{UNKNOWN}) where it was not (a size of
-    0 or above L{LARGE_MESSAGE}, a file not listed or listed as something
-    else than a regular file, or anything L{readListedFile} gives L{None}
-    for): the caller reads those by L{readMessageFile}, which says why.
+    its facts; L{NOT_READ} (and L{UNKNOWN}) where it was not (a size
+    above L{LARGE_MESSAGE}, a file not listed or listed as something else
+    than a regular file, or anything L{readListedFile} gives L{None} for,
+    such as an empty file): the caller reads those by L{readMessageFile},
+    which says why.  A message listed at 0 octets (its size not known) is
+    read at the size C{fstat} gives; others without one.
 
     The C extension's (L{imapmig.mail._octets}) reads the whole batch in
     one call, each file into one buffer reused from file to file, where
@@ -174,7 +182,7 @@ def readListedFilesPython(
     for message in messages:
         read = None
         size = message.size
-        if 0 < size <= largest:
+        if 0 <= size <= largest:
             located = locate(message.key)
             if located is not None and located[2] is None:
                 fd = descriptors[located[0]]
