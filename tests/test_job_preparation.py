@@ -6,13 +6,14 @@ the octets looked at only where none were found.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Sequence, cast
 
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.imap.outgoing import OutgoingMessage
 from imapmig.job.preparation import DestinationTraits, MessagePreparation
-from imapmig.job.recording import OutcomeRecorder, Target
+from imapmig.job.recording import OutcomeRecorder, SentMessage, Target
 from imapmig.job.units import WorkUnit
 from imapmig.mail.message import MessageBody, ReadBodies, SourceFolder, SourceMessage
 from imapmig.mail.octets import BARE_LF, EIGHT_BIT, NUL, UNKNOWN
@@ -113,3 +114,55 @@ class PreparationTests(SynchronousTestCase):
         outgoing, failed = self.prepare(bodies, binary=True)
         self.assertEqual([o.binary for o in outgoing], [False, True, True])
         self.assertEqual(failed, [])
+
+
+class SentMessageTests(SynchronousTestCase):
+    """
+    The messages L{MessagePreparation.prepare} makes are the
+    L{SentMessage}s its constructor would make: every slot set, to the
+    same value.
+    """
+
+    def test_sameAsConstructed(self) -> None:
+        """
+        Each message prepared (with and without a date, a flag dropped or
+        not, converted or not, binary or not) has every slot of
+        L{SentMessage} and its bases set as C{SentMessage(...)} sets them.
+        """
+        when = datetime(2026, 12, 7, 18, 0, 1, tzinfo=timezone.utc)
+        chunk = [
+            SourceMessage("plain", ("\\Seen",), None, len(ASCII)),
+            SourceMessage("dated", ("\\Seen", "$Odd"), when, 3),
+            SourceMessage("nul", (), when, len(WITH_NUL)),
+        ]
+        bodies = ReadBodies()
+        for body, facts in ((ASCII, 0), (b"a\r\nb", BARE_LF), (WITH_NUL, NUL)):
+            bodies.add(body, facts)
+        target = Target("INBOX", "INBOX")
+        preparation = MessagePreparation(cast(OutcomeRecorder, RecordedOutcomes()), False)
+        traits = DestinationTraits(True, frozenset({"\\Seen"}))
+        outgoing = preparation.prepare(
+            WorkUnit(FOLDER, "INBOX", tuple(chunk)), target, chunk, bodies, traits
+        )
+        slots = [name for cls in SentMessage.__mro__ for name in getattr(cls, "__slots__", ())]
+        self.assertIn("converted", slots)
+        self.assertIn("arguments", slots)
+        expected = [
+            SentMessage(ASCII, b" (\\Seen)", False, target, chunk[0], None, 0),
+            SentMessage(
+                b"a\r\nb",
+                b' (\\Seen) "07-Dec-2026 18:00:01 +0000"',
+                False,
+                target,
+                chunk[1],
+                "flag '$Odd' dropped: the destination does not allow this keyword"
+                " (PERMANENTFLAGS)",
+                1,
+            ),
+            SentMessage(WITH_NUL, b' "07-Dec-2026 18:00:01 +0000"', True, target, chunk[2], None, 0),
+        ]
+        self.assertEqual(len(outgoing), len(expected))
+        for made, constructed in zip(outgoing, expected):
+            self.assertIs(type(made), SentMessage)
+            for name in slots:
+                self.assertEqual(getattr(made, name), getattr(constructed, name), name)

@@ -11,6 +11,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 import attrs
 
+from imapmig.mail import message
 from imapmig.mail.message import (
     SourceMessage,
     WireDate,
@@ -19,7 +20,10 @@ from imapmig.mail.message import (
     maildirFlags,
     toCRLF,
     utcFromTimestamp,
+    withInternalDate,
+    withInternalDatePython,
 )
+from imapmig.mail.octets import compiled
 
 
 class ToCRLFTests(SynchronousTestCase):
@@ -107,6 +111,69 @@ class InternalDateTests(SynchronousTestCase):
         self.assertEqual(
             formatInternalDate(when.astimezone(timezone.utc)), b'"02-Jan-2020 12:08:09 +0000"'
         )
+
+
+class WithInternalDateTests(SynchronousTestCase):
+    """
+    L{withInternalDate} (the C extension's where it is built) and its
+    Python twin append L{formatInternalDate} of a date to a prefix.
+    """
+
+    def test_utc(self) -> None:
+        """
+        A date in UTC, or naive, of any year from 1 to 9999, follows the
+        prefix as L{formatInternalDate} formats it.
+        """
+        dates = [
+            utcFromTimestamp(1600000000),
+            datetime(5, 1, 9, 0, 0, 0, tzinfo=timezone.utc),
+            datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc),
+            datetime(1970, 10, 1, 9, 8, 7),
+            *(datetime(2000 + month, month, month * 2, month, month * 4, month * 4,
+                       tzinfo=timezone.utc) for month in range(1, 13)),
+        ]  # fmt: skip
+        self.assertSame(dates)
+
+    def test_otherZones(self) -> None:
+        """
+        A date in another zone follows the prefix with its offset, as
+        L{formatInternalDate} formats it: east and west, in half hours, at
+        no offset, and offsets of seconds (truncated, then floored to
+        minutes).
+        """
+        offsets = [
+            timedelta(hours=5, minutes=30),
+            timedelta(hours=-8),
+            timedelta(0),
+            timedelta(hours=23, minutes=59, seconds=59),
+            -timedelta(hours=23, minutes=59, seconds=59),
+            timedelta(seconds=-30),
+            timedelta(seconds=90),
+            timedelta(microseconds=-1),
+            timedelta(minutes=-1, microseconds=1),
+        ]
+        self.assertSame(
+            [datetime(2001, 2, 3, 4, 5, 6, tzinfo=timezone(offset)) for offset in offsets]
+        )
+
+    def assertSame(self, dates: list[datetime]) -> None:
+        """
+        Both implementations give C{prefix + formatInternalDate(when)} of
+        each of C{dates}.
+        """
+        for when in dates:
+            for implementation in (withInternalDate, withInternalDatePython):
+                self.assertEqual(
+                    implementation(b"(\\Seen) ", when), b"(\\Seen) " + formatInternalDate(when)
+                )
+                self.assertEqual(implementation(b"", when), formatInternalDate(when))
+
+    def test_compiled(self) -> None:
+        """
+        Where the C extension is built, L{withInternalDate} is its.
+        """
+        self.assertIs(withInternalDate is withInternalDatePython, not compiled)
+        self.assertIs(message.withInternalDate, withInternalDate)
 
 
 class MaildirFlagTests(SynchronousTestCase):

@@ -13,12 +13,27 @@ import os
 import random
 import stat
 
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 import imapmig.sources.messagefile as messagefile
-from imapmig.mail.message import StreamedBody, UnreadableMessage, toCRLF
-from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, NUL
-from imapmig.sources.messagefile import readListedFile, readMessageFile
+from imapmig.mail.message import (
+    MessageBody,
+    ReadBodies,
+    SourceMessage,
+    StreamedBody,
+    UnreadableMessage,
+    toCRLF,
+)
+from imapmig.mail.octets import BARE_CR, BARE_LF, EIGHT_BIT, NUL, UNKNOWN, compiled
+from imapmig.sources.local import FILE_FLAGS
+from imapmig.sources.messagefile import (
+    LARGE_MESSAGE,
+    NOT_READ,
+    readListedFile,
+    readListedFiles,
+    readListedFilesPython,
+    readMessageFile,
+)
 from tests.localfiles import makeSocket
 
 
@@ -174,6 +189,176 @@ class ReadListedFileTests(SynchronousTestCase):
         self.assertIsNone(readListedFile("link", 7, self.fd))
         os.mkdir(os.path.join(self.directory, "sub"))
         self.assertIsNone(readListedFile("sub", 7, self.fd))
+
+
+class ReadListedFilesTests(SynchronousTestCase):
+    """
+    L{readListedFiles} reads a batch as L{readListedFile} reads each file,
+    the C extension's (one call a batch) as its Python twin
+    (L{readListedFilesPython}), leaving L{NOT_READ} where it gives L{None}
+    or the file is not a regular one of the size listed.
+    """
+
+    def setUp(self) -> None:
+        self.directories = [self.mktemp(), self.mktemp()]
+        self.descriptors: list[int | None] = []
+        for directory in self.directories:
+            os.makedirs(directory)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            self.addCleanup(os.close, fd)
+            self.descriptors.append(fd)
+        self.located: dict[str, tuple[int, str, object]] = {}
+
+    def file(self, key: str, content: bytes, index: int = 0, name: str | None = None) -> None:
+        """
+        Write C{content} as the file of C{key} in directory C{index}.
+        """
+        name = name or key
+        with open(os.path.join(self.directories[index], name), "wb") as f:
+            f.write(content)
+        self.located[key] = (index, name, None)
+
+    def readBoth(self, sizes: dict[str, int]) -> tuple[list[MessageBody], bytes, int]:
+        """
+        The bodies, facts and count not read of the messages of C{sizes}
+        (key: listed size), asserted the same by both implementations.
+        """
+        messages = [SourceMessage(key, (), None, size) for key, size in sizes.items()]
+        results = []
+        for implementation in (readListedFiles, self.readPython):
+            bodies = ReadBodies()
+            missed = implementation(messages, self.located.get, self.descriptors, bodies)
+            results.append((list(bodies), bytes(bodies.facts), missed))
+        self.assertEqual(results[0], results[1])
+        return results[0]
+
+    def readPython(
+        self,
+        messages: list[SourceMessage],
+        locate: messagefile._Locate,
+        descriptors: list[int | None],
+        bodies: ReadBodies,
+    ) -> int:
+        return readListedFilesPython(
+            messages,
+            locate,
+            descriptors,
+            messagefile.LARGE_MESSAGE,
+            FILE_FLAGS,
+            NOT_READ,
+            bodies,
+            bodies.facts,
+        )
+
+    def test_compiled(self) -> None:
+        """
+        Where the C extension is built, L{readListedFiles} is its.
+        """
+        if not compiled:
+            raise SkipTest("the C extension imapmig.mail._octets is not built")
+        self.assertIsNot(getattr(messagefile, "_readListed"), readListedFilesPython)
+
+    def test_regular(self) -> None:
+        """
+        Regular files of their listed sizes, in either directory, are read
+        in order, converted to CRLF, with the facts of their octets.
+        """
+        self.file("lf", b"a\nb\n")
+        self.file("crlf", b"a\r\nb\r\n", 1)
+        self.file("odd", b"\0\xe9\rz")
+        self.file("long", b"x" * 70 + b"\n" + b"y\r\n" * 40 + b"\r", 1)
+        self.file("caf\udce9", b"named in Latin-1\n", 0, os.fsdecode(b"caf\xe9"))
+        long = b"x" * 70 + b"\r\n" + b"y\r\n" * 40 + b"\r"
+        self.assertEqual(
+            self.readBoth({"lf": 4, "crlf": 6, "odd": 4, "long": 192, "caf\udce9": 17}),
+            (
+                [b"a\r\nb\r\n", b"a\r\nb\r\n", b"\0\xe9\rz", long, b"named in Latin-1\r\n"],
+                bytes((BARE_LF, 0, NUL | EIGHT_BIT | BARE_CR, BARE_LF | BARE_CR, BARE_LF)),
+                0,
+            ),
+        )
+
+    def test_notRead(self) -> None:
+        """
+        A file not listed, gone, of another size than listed, listed at 0
+        octets or above L{LARGE_MESSAGE}, listed as something else than a
+        regular file, or in a directory that is not open, is not read:
+        L{NOT_READ} and L{UNKNOWN} in its place.
+        """
+        self.file("ok", b"ok\n")
+        self.file("grew", b"0123456789")
+        self.file("shrank", b"0123456789")
+        self.file("empty", b"")
+        self.file("gone", b"x")
+        os.remove(os.path.join(self.directories[0], "gone"))
+        self.file("irregular", b"x")
+        self.located["irregular"] = (0, "irregular", object())
+        self.file("closed", b"x", 1)
+        self.descriptors[1] = None
+        sizes = {"ok": 3, "unlisted": 5, "gone": 1, "grew": 9, "shrank": 11, "empty": 0}
+        sizes.update({"large": LARGE_MESSAGE + 1, "irregular": 1, "closed": 1})
+        bodies, facts, missed = self.readBoth(sizes)
+        self.assertEqual(bodies, [b"ok\r\n"] + [NOT_READ] * 8)
+        self.assertIs(bodies[1], NOT_READ)
+        self.assertEqual(facts, bytes((BARE_LF,)) + bytes((UNKNOWN,)) * 8)
+        self.assertEqual(missed, 8)
+
+    def test_notRegular(self) -> None:
+        """
+        A FIFO (with or without a writer), a symbolic link or a directory
+        where the listing saw a file is not read, without blocking or
+        following the link.
+        """
+        directory = self.directories[0]
+        os.mkfifo(os.path.join(directory, "fifo"))
+        self.located["fifo"] = (0, "fifo", None)
+        self.file("target", b"secret\n")
+        os.symlink("target", os.path.join(directory, "link"))
+        self.located["link"] = (0, "link", None)
+        os.mkdir(os.path.join(directory, "sub"))
+        self.located["sub"] = (0, "sub", None)
+        sizes = {"fifo": 10, "link": 7, "sub": 7, "target": 7}
+        self.assertEqual(self.readBoth(sizes)[2], 3)
+        reader = os.open(os.path.join(directory, "fifo"), os.O_RDONLY | os.O_NONBLOCK)
+        writer = os.open(os.path.join(directory, "fifo"), os.O_WRONLY | os.O_NONBLOCK)
+        self.addCleanup(os.close, reader)
+        self.addCleanup(os.close, writer)
+        self.assertEqual(self.readBoth(sizes)[0][:3], [NOT_READ] * 3)
+
+    def test_sizeNotListed(self) -> None:
+        """
+        A message listed at 0 octets (the listing did not learn its size)
+        is read at the size its file's status gives, when a regular file
+        of 1 to L{LARGE_MESSAGE} octets; not an empty one, a larger one or
+        a FIFO.
+        """
+        self.patch(messagefile, "LARGE_MESSAGE", 100)
+        self.file("unknown", b"a\nb\n")
+        self.file("empty", b"")
+        self.file("large", b"x" * 101)
+        os.mkfifo(os.path.join(self.directories[0], "fifo"))
+        self.located["fifo"] = (0, "fifo", None)
+        sizes = {"unknown": 0, "empty": 0, "large": 0, "fifo": 0}
+        self.assertEqual(
+            self.readBoth(sizes),
+            (
+                [b"a\r\nb\r\n", NOT_READ, NOT_READ, NOT_READ],
+                bytes((BARE_LF, UNKNOWN, UNKNOWN, UNKNOWN)),
+                3,
+            ),
+        )
+
+    def test_appended(self) -> None:
+        """
+        The bodies are appended to those already there, and their facts
+        after theirs.
+        """
+        self.file("m", b"m\n")
+        bodies = ReadBodies()
+        bodies.add(b"before", 0)
+        message = SourceMessage("m", (), None, 2)
+        self.assertEqual(readListedFiles([message], self.located.get, self.descriptors, bodies), 0)
+        self.assertEqual((list(bodies), bytes(bodies.facts)), ([b"before", b"m\r\n"], b"\0\x08"))
 
 
 class LargeFileTests(SynchronousTestCase):

@@ -1,7 +1,15 @@
 /*
- * imapmig.mail._octets: the one pass over a message's octets (issue 31).
+ * imapmig.mail._octets: the one pass over a message's octets (issue 31),
+ * and the per-message work around it that Python did at a cost many times
+ * the pass's own on a small message.
  *
  * crlfAndFacts(data, afterCR=False, last=True) -> (converted, facts)
+ * readListed(messages, locate, descriptors, largest, flags, notRead, bodies,
+ *            facts) -> missed: a batch of message files read, each in one
+ *     read(2) into one buffer reused from file to file, and converted from
+ *     there into its body (imapmig.sources.messagefile.readListedFiles).
+ * withInternalDate(prefix, when) -> bytes: an APPEND's date argument
+ *     (imapmig.mail.message.withInternalDatePython).
  *
  * The same function as imapmig.mail.octets.crlfAndFactsPython, which is the
  * reference and the fallback where this extension was not built (no
@@ -33,6 +41,11 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <limits.h>
+#include <datetime.h>
 
 /* OCTETS_PORTABLE: octet by octet only, as on a processor other than
  * x86-64 (tests.test_mail_octets builds it so to test that path). */
@@ -195,9 +208,9 @@ findFacts(const unsigned char *p, Py_ssize_t n, int afterCR, int wide, Py_ssize_
 #ifdef OCTETS_AVX2
     if (wide && haveAVX2) {
         i = scanAVX2(p, i, n, &s, 1);
-        if (i + 64 <= n) {
-            /* An LF needs a CR, with two steps left at least: the rest
-             * is looked at as it is converted (convertFused). */
+        if (i + 32 <= n) {
+            /* The steps stopped where an LF needs a CR: the rest is
+             * looked at as it is converted (convertFused). */
             *fuseAt = i;
             return s;
         }
@@ -267,19 +280,88 @@ static void convert(const unsigned char *p, Py_ssize_t n, int afterCR, unsigned 
                     int wide);
 
 #ifdef OCTETS_AVX2
+/* What the one pass (convertFused) carries from one block to the next. */
+typedef struct {
+    __m256i high;          /* the octets or'ed: 8-bit where a high bit is set */
+    __m256i least;         /* the least octet at each place: NUL where one is 0 */
+    uint64_t before;       /* the octet before the next block is a CR */
+    unsigned int found;    /* FACT_BARE_CR where a CR is followed by no LF */
+} Fused;
+
 /*
- * The one pass where the AVX2 steps found an LF that needs a CR at i (with
- * two steps left at least): p[0..i) copied as it is, then from i the facts
- * found and the octets converted in the same steps, into a bytes object
- * sized by a guess (an LF a CR in 16 octets, plus a step); when that room
- * runs short, or for the last octets, the rest is counted first
- * (findFacts's steps), the object sized exactly, and the rest converted
- * (convert).  s: the facts of p[0..i), then of all of p.
+ * One block of 64 octets at q converted to out, of which the first length
+ * are the message's (valid: their bits); returns where out ends.  The 64
+ * octets after the block must be readable, and out must have room for 192
+ * octets: the block and its CRs (128 at most) and the 64 a store reaches
+ * beyond.
+ *
+ * Both halves are stored first; then at each LF that needs a CR, the CR is
+ * written where the LF was and the rest of the block stored again one
+ * octet further (each store overwrites what the one before wrote beyond).
+ * A block with no CR, and no CR before it, takes no CR masks: LF-only text.
+ */
+AVX2 static INLINE unsigned char *
+fusedBlock(const unsigned char *q, uint64_t valid, unsigned int length, unsigned char *out,
+           Fused *f)
+{
+    const __m256i lf = _mm256_set1_epi8('\n');
+    const __m256i cr = _mm256_set1_epi8('\r');
+    __m256i a = _mm256_loadu_si256((const __m256i *)q);
+    __m256i b = _mm256_loadu_si256((const __m256i *)(q + 32));
+    f->high = _mm256_or_si256(f->high, _mm256_or_si256(a, b));
+    f->least = _mm256_min_epu8(f->least, _mm256_min_epu8(a, b));
+    uint64_t lfs = ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, lf))
+                    | ((uint64_t)(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, lf)) << 32))
+        & valid;
+    __m256i crA = _mm256_cmpeq_epi8(a, cr), crB = _mm256_cmpeq_epi8(b, cr);
+    uint64_t bare = lfs;
+    __m256i anyCR = _mm256_or_si256(crA, crB);
+    if (f->before | (uint64_t)!_mm256_testz_si256(anyCR, anyCR)) {
+        uint64_t crs = ((uint64_t)(uint32_t)_mm256_movemask_epi8(crA)
+                        | ((uint64_t)(uint32_t)_mm256_movemask_epi8(crB) << 32))
+            & valid;
+        uint64_t crBefore = (crs << 1) | f->before;
+        bare = lfs & ~crBefore;
+        if (crBefore & ~lfs & valid) {
+            f->found |= FACT_BARE_CR;
+        }
+        f->before = (crs >> (length - 1)) & 1;
+    }
+    _mm256_storeu_si256((__m256i *)out, a);
+    _mm256_storeu_si256((__m256i *)(out + 32), b);
+    unsigned int added = 0;
+    while (bare) {
+        unsigned int at = (unsigned int)__builtin_ctzll(bare);
+        bare &= bare - 1;
+        unsigned char *to = out + at + added;
+        *to = '\r';
+        added++;
+        _mm256_storeu_si256((__m256i *)(to + 1), _mm256_loadu_si256((const __m256i *)(q + at)));
+        _mm256_storeu_si256((__m256i *)(to + 33),
+                            _mm256_loadu_si256((const __m256i *)(q + at + 32)));
+    }
+    return out + length + added;
+}
+
+/*
+ * The one pass where the AVX2 steps found an LF that needs a CR at i:
+ * p[0..i) copied as it is, then from i the facts found and the octets
+ * converted in the same blocks of 64 (fusedBlock), the last octets (fewer
+ * than 128) from a copy padded with octets that are none of LF, CR, NUL or
+ * 8-bit; into a bytes object sized by a guess (an LF a CR in 16 octets,
+ * plus what the stores reach beyond), trimmed at the end.  When that room
+ * runs short, the rest is counted first (findFacts's steps), the object
+ * sized exactly, and the rest converted (convert).  s: the facts of
+ * p[0..i), then of all of p.
+ *
+ * The version before (a step of 32 octets, the CR masks of every step, a
+ * store per piece between LFs, the last octets one at a time) took 1.31
+ * instructions an octet of the realistic corpus's messages.
  */
 AVX2 static PyObject *
 convertFused(const unsigned char *p, Py_ssize_t n, Py_ssize_t i, Scan *s)
 {
-    Py_ssize_t room = n + (n - i) / 16 + 64;
+    Py_ssize_t room = n + (n - i) / 16 + 448;
     PyObject *result = PyBytes_FromStringAndSize(NULL, room);
     if (result == NULL) {
         return NULL;
@@ -287,55 +369,52 @@ convertFused(const unsigned char *p, Py_ssize_t n, Py_ssize_t i, Scan *s)
     unsigned char *start = (unsigned char *)PyBytes_AS_STRING(result);
     unsigned char *out = start + i, *end = start + room;
     memcpy(start, p, (size_t)i);
-    const __m256i lf = _mm256_set1_epi8('\n');
-    const __m256i cr = _mm256_set1_epi8('\r');
-    const __m256i zero = _mm256_setzero_si256();
-    __m256i high = zero, nul = zero;
-    unsigned int before = s->prevCR, found = 0;
-    /* A step writes 64 octets at most, and its stores reach 32 beyond. */
-    for (; i + 64 <= n && end - out >= 96; i += 32) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(p + i));
-        high = _mm256_or_si256(high, v);
-        nul = _mm256_or_si256(nul, _mm256_cmpeq_epi8(v, zero));
-        uint32_t lfs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, lf));
-        uint32_t crs = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, cr));
-        uint32_t crBefore = (crs << 1) | before;
-        uint32_t bare = lfs & ~crBefore;
-        if (crBefore & ~lfs) {
-            found |= FACT_BARE_CR;
-        }
-        before = crs >> 31;
-        if (bare == 0) {
-            _mm256_storeu_si256((__m256i *)out, v);
-            out += 32;
-            continue;
-        }
-        unsigned int at, piece = 0;
-        do {
-            at = (unsigned int)__builtin_ctz(bare);
-            bare &= bare - 1;
-            _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + piece)));
-            out += at - piece;
-            *out++ = '\r';
-            piece = at;
-        } while (bare);
-        _mm256_storeu_si256((__m256i *)out, _mm256_loadu_si256((const __m256i *)(p + i + piece)));
-        out += 32 - piece;
+    Fused f = {_mm256_setzero_si256(), _mm256_set1_epi8((char)0xff), s->prevCR, 0};
+    /* Four blocks a turn while there is room for them (each takes 128
+     * octets at most and needs 192), then one. */
+    for (; i + 320 <= n && end - out >= 192 + 3 * 128; i += 256) {
+        out = fusedBlock(p + i, ~(uint64_t)0, 64, out, &f);
+        out = fusedBlock(p + i + 64, ~(uint64_t)0, 64, out, &f);
+        out = fusedBlock(p + i + 128, ~(uint64_t)0, 64, out, &f);
+        out = fusedBlock(p + i + 192, ~(uint64_t)0, 64, out, &f);
     }
-    s->facts |= found | FACT_BARE_LF | (_mm256_movemask_epi8(high) ? FACT_EIGHT_BIT : 0)
-        | (_mm256_movemask_epi8(nul) ? FACT_NUL : 0);
-    Scan rest = {0, 0, before};
-    Py_ssize_t j = scanAVX2(p, i, n, &rest, 0);
-    j = scanSSE2(p, j, n, &rest);
-    scanOctets(p, j, n, &rest);
-    Py_ssize_t done = out - start, size = done + (n - i) + rest.bareLF;
+    for (; i + 128 <= n && end - out >= 192; i += 64) {
+        out = fusedBlock(p + i, ~(uint64_t)0, 64, out, &f);
+    }
+    Py_ssize_t left = n - i;
+    if (left < 128 && end - out >= 2 * left + 192) {
+        /* Each block needs 192 octets of room: the first from out, the
+         * second from where the first ends, 2 * 64 further at most. */
+        unsigned char tail[256];
+        memset(tail, 'a', sizeof tail);
+        memcpy(tail, p + i, (size_t)left);
+        for (Py_ssize_t t = 0; t < left; t += 64) {
+            unsigned int length = (unsigned int)(left - t < 64 ? left - t : 64);
+            uint64_t valid = length == 64 ? ~(uint64_t)0 : (((uint64_t)1 << length) - 1);
+            out = fusedBlock(tail + t, valid, length, out, &f);
+        }
+        i = n;
+    }
+    const __m256i zero = _mm256_setzero_si256();
+    s->facts |= f.found | FACT_BARE_LF | (_mm256_movemask_epi8(f.high) ? FACT_EIGHT_BIT : 0)
+        | (_mm256_movemask_epi8(_mm256_cmpeq_epi8(f.least, zero)) ? FACT_NUL : 0);
+    Py_ssize_t done = out - start, size = done;
+    Scan rest = {0, 0, (unsigned int)f.before};
+    if (i < n) {
+        Py_ssize_t j = scanAVX2(p, i, n, &rest, 0);
+        j = scanSSE2(p, j, n, &rest);
+        scanOctets(p, j, n, &rest);
+        size = done + (n - i) + rest.bareLF;
+    }
     if (size != room) {
         if (_PyBytes_Resize(&result, size) < 0) {
             return NULL;
         }
         start = (unsigned char *)PyBytes_AS_STRING(result);
     }
-    convert(p + i, n - i, (int)before, start + done, 1);
+    if (i < n) {
+        convert(p + i, n - i, (int)f.before, start + done, 1);
+    }
     s->facts |= rest.facts;
     s->prevCR = rest.prevCR;
     return result;
@@ -401,6 +480,51 @@ PyDoc_STRVAR(crlfAndFactsBaseline_doc,
 "crlfAndFacts without its AVX2 steps (SSE2 on x86-64, else octet by\n"
 "octet), for the tests: what a processor without AVX2 runs.");
 
+/*
+ * p[0..n) converted, the octet before p[0] a CR when afterCR; its facts in
+ * *facts.  When no LF needs a CR the result is data itself (uncopied) if
+ * data is given, else a new bytes object holding p[0..n).
+ */
+static PyObject *
+convertOctets(PyObject *data, const unsigned char *p, Py_ssize_t n, int afterCR, int last,
+              int wide, unsigned int *facts)
+{
+    Py_ssize_t fuseAt;
+    Scan s = findFacts(p, n, afterCR, wide, &fuseAt);
+    PyObject *converted;
+#ifdef OCTETS_AVX2
+    if (fuseAt >= 0) {
+        converted = convertFused(p, n, fuseAt, &s);
+        if (converted == NULL) {
+            return NULL;
+        }
+    }
+    else
+#endif
+    if (s.bareLF == 0) {
+        converted = data != NULL ? Py_NewRef(data)
+                                 : PyBytes_FromStringAndSize((const char *)p, n);
+        if (converted == NULL) {
+            return NULL;
+        }
+    }
+    else {
+        if (s.bareLF > PY_SSIZE_T_MAX - n) {
+            return PyErr_NoMemory();
+        }
+        converted = PyBytes_FromStringAndSize(NULL, n + s.bareLF);
+        if (converted == NULL) {
+            return NULL;
+        }
+        convert(p, n, afterCR, (unsigned char *)PyBytes_AS_STRING(converted), wide);
+    }
+    *facts = s.facts;
+    if (s.prevCR) {
+        *facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
+    }
+    return converted;
+}
+
 static PyObject *
 crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
 {
@@ -421,36 +545,11 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
     if (nargs > 2 && (last = PyObject_IsTrue(args[2])) < 0) {
         return NULL;
     }
-    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
-    Py_ssize_t fuseAt;
-    Scan s = findFacts(p, n, afterCR, wide, &fuseAt);
-    PyObject *converted;
-#ifdef OCTETS_AVX2
-    if (fuseAt >= 0) {
-        converted = convertFused(p, n, fuseAt, &s);
-        if (converted == NULL) {
-            return NULL;
-        }
-    }
-    else
-#endif
-    if (s.bareLF == 0) {
-        converted = Py_NewRef(data);
-    }
-    else {
-        if (s.bareLF > PY_SSIZE_T_MAX - n) {
-            return PyErr_NoMemory();
-        }
-        converted = PyBytes_FromStringAndSize(NULL, n + s.bareLF);
-        if (converted == NULL) {
-            return NULL;
-        }
-        convert(p, n, afterCR, (unsigned char *)PyBytes_AS_STRING(converted), wide);
-    }
-    unsigned int facts = s.facts;
-    if (s.prevCR) {
-        facts |= last ? FACT_BARE_CR : FACT_ENDS_CR;
+    unsigned int facts;
+    PyObject *converted = convertOctets(data, (const unsigned char *)PyBytes_AS_STRING(data),
+                                        PyBytes_GET_SIZE(data), afterCR, last, wide, &facts);
+    if (converted == NULL) {
+        return NULL;
     }
     PyObject *result = PyTuple_New(2);
     PyObject *found = PyLong_FromLong((long)facts);
@@ -462,6 +561,363 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
     }
     PyTuple_SET_ITEM(result, 0, converted);
     PyTuple_SET_ITEM(result, 1, found);
+    return result;
+}
+
+/* The facts of a body not looked at (imapmig.mail.octets.UNKNOWN). */
+#define FACT_UNKNOWN 128
+
+/* A buffer every file of one readListed call is read into, grown as
+ * needed: a small message's octets stay in the cache from the read to the
+ * conversion, and no buffer is allocated per file but its body. */
+typedef struct {
+    unsigned char *octets;
+    size_t room;
+} Scratch;
+
+/* Room for wanted octets in the scratch buffer; 0 when there is no memory
+ * for them (the GIL need not be held). */
+static int
+growScratch(Scratch *scratch, size_t wanted)
+{
+    if (scratch->room < wanted) {
+        unsigned char *grown = PyMem_RawRealloc(scratch->octets, wanted);
+        if (grown == NULL) {
+            return 0;
+        }
+        scratch->octets = grown;
+        scratch->room = wanted;
+    }
+    return 1;
+}
+
+/*
+ * The file name relative to dirFd of size octets (0: not listed, its
+ * status says, up to largest), read in one
+ * read(2) of one octet more into the scratch buffer, converted and its
+ * facts found (convertOctets) into a bytes object of its final size.
+ * Py_None, with no error set, when it is not read so: a name that is not
+ * a str or holds a NUL, a file that cannot be opened (gone, a symbolic
+ * link, a socket) or read (a FIFO, a directory), or that has another size
+ * than listed (the caller's slower path says why).  The GIL is released
+ * once a file, around its open, read and close.
+ */
+static PyObject *
+readOne(int dirFd, PyObject *name, Py_ssize_t size, Py_ssize_t largest, int flags,
+        Scratch *scratch, unsigned int *facts)
+{
+    if (!PyUnicode_Check(name)) {
+        Py_RETURN_NONE;
+    }
+    PyObject *encoded = NULL;
+    const char *path;
+    Py_ssize_t length;
+    if (PyUnicode_IS_COMPACT_ASCII(name)) {
+        path = (const char *)PyUnicode_DATA(name);
+        length = PyUnicode_GET_LENGTH(name);
+    }
+    else {
+        /* As os.open encodes it (surrogateescape for undecodable names). */
+        encoded = PyUnicode_EncodeFSDefault(name);
+        if (encoded == NULL) {
+            return NULL;
+        }
+        path = PyBytes_AS_STRING(encoded);
+        length = PyBytes_GET_SIZE(encoded);
+    }
+    if ((Py_ssize_t)strlen(path) != length || (size_t)size >= (size_t)PY_SSIZE_T_MAX) {
+        Py_XDECREF(encoded);
+        Py_RETURN_NONE;
+    }
+    ssize_t got = -1;
+    int grown = 1;
+    Py_BEGIN_ALLOW_THREADS
+    int fd = openat(dirFd, path, flags);
+    if (fd >= 0) {
+        struct stat status;
+        if (size == 0 && fstat(fd, &status) == 0 && S_ISREG(status.st_mode)
+            && 0 < status.st_size && status.st_size <= largest) {
+            /* Not listed: its status gives it (a FIFO or other special file
+             * put in place of the message is not read). */
+            size = (Py_ssize_t)status.st_size;
+        }
+        if (size > 0 && (grown = growScratch(scratch, (size_t)size + 1))) {
+            got = read(fd, scratch->octets, (size_t)size + 1);
+        }
+        close(fd);
+    }
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(encoded);
+    if (!grown) {
+        return PyErr_NoMemory();
+    }
+    if (got != (ssize_t)size) {
+        /* It grew (an octet more than expected), shrank, is not a regular
+         * file at all (a FIFO put in its place reads as empty), or could
+         * not be opened or read. */
+        Py_RETURN_NONE;
+    }
+    return convertOctets(NULL, scratch->octets, size, 0, 1, 1, facts);
+}
+
+static PyObject *attrKey = NULL, *attrSize = NULL;
+
+/* An int object as a C int; -1 with an error set when it is none. */
+static int
+asInt(PyObject *number)
+{
+    long value = PyLong_AsLong(number);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (value < INT_MIN || value > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "Python int too large to convert to C int");
+        return -1;
+    }
+    return (int)value;
+}
+
+/*
+ * The body of one message for readListed: a new reference to its bytes
+ * (facts in *facts), Py_None when its file is not read by readOne, NULL on
+ * an error.
+ */
+static PyObject *
+readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize_t largest,
+            int flags, Scratch *scratch, unsigned int *facts)
+{
+    PyObject *sizeObject = PyObject_GetAttr(message, attrSize);
+    if (sizeObject == NULL) {
+        return NULL;
+    }
+    Py_ssize_t size = PyLong_AsSsize_t(sizeObject);
+    Py_DECREF(sizeObject);
+    if (size == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (size < 0 || size > largest) {
+        Py_RETURN_NONE;
+    }
+    PyObject *key = PyObject_GetAttr(message, attrKey);
+    if (key == NULL) {
+        return NULL;
+    }
+    PyObject *located = PyObject_CallOneArg(locate, key);
+    Py_DECREF(key);
+    if (located == NULL) {
+        return NULL;
+    }
+    PyObject *body = NULL;
+    /* (index into descriptors, name, None when a regular file) */
+    if (!PyTuple_Check(located) || PyTuple_GET_SIZE(located) != 3
+        || PyTuple_GET_ITEM(located, 2) != Py_None) {
+        body = Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(located, 0));
+    if (index == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    PyObject *descriptor = (index >= 0 && index < PyList_GET_SIZE(descriptors))
+        ? PyList_GET_ITEM(descriptors, index) : Py_None;
+    if (descriptor == Py_None) {
+        body = Py_NewRef(Py_None);
+        goto done;
+    }
+    int dirFd = asInt(descriptor);
+    if (dirFd == -1 && PyErr_Occurred()) {
+        goto done;
+    }
+    body = readOne(dirFd, PyTuple_GET_ITEM(located, 1), size, largest, flags, scratch, facts);
+done:
+    Py_DECREF(located);
+    return body;
+}
+
+PyDoc_STRVAR(readListed_doc,
+"readListed(messages, locate, descriptors, largest, flags, notRead, bodies, facts)\n"
+"-> missed\n\n"
+"Read the listed files of messages, in order, as\n"
+"imapmig.sources.messagefile.readListedFile does each, into bodies (a list)\n"
+"and their facts into facts (a bytearray); notRead and UNKNOWN where a file\n"
+"is not read so.  Returns how many were not.  See\n"
+"imapmig.sources.messagefile.readListedFiles.");
+
+static PyObject *
+readListed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "readListed() takes 8 positional arguments");
+        return NULL;
+    }
+    PyObject *locate = args[1], *descriptors = args[2], *notRead = args[5], *bodies = args[6],
+             *found = args[7];
+    if (!PyList_Check(descriptors) || !PyList_Check(bodies) || !PyByteArray_Check(found)) {
+        PyErr_SetString(PyExc_TypeError,
+                        "readListed() needs a list of descriptors, a list and a bytearray");
+        return NULL;
+    }
+    Py_ssize_t largest = PyLong_AsSsize_t(args[3]);
+    int flags = asInt(args[4]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (attrKey == NULL) {
+        attrKey = PyUnicode_InternFromString("key");
+        attrSize = PyUnicode_InternFromString("size");
+        if (attrKey == NULL || attrSize == NULL) {
+            return NULL;
+        }
+    }
+    PyObject *messages = PySequence_Fast(args[0], "readListed() needs a sequence of messages");
+    if (messages == NULL) {
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(messages), missed = 0, start, i = 0;
+    PyObject **items = PySequence_Fast_ITEMS(messages);
+    Scratch scratch = {NULL, 0};
+    start = PyByteArray_GET_SIZE(found);
+    if (PyByteArray_Resize(found, start + count) < 0) {
+        goto fail;
+    }
+    for (; i < count; i++) {
+        unsigned int facts = FACT_UNKNOWN;
+        PyObject *body = readMessage(items[i], locate, descriptors, largest, flags, &scratch,
+                                     &facts);
+        if (body == NULL) {
+            goto fail;
+        }
+        if (body == Py_None) {
+            Py_SETREF(body, Py_NewRef(notRead));
+            missed++;
+            facts = FACT_UNKNOWN;
+        }
+        int appended = PyList_Append(bodies, body);
+        Py_DECREF(body);
+        if (appended < 0) {
+            goto fail;
+        }
+        PyByteArray_AS_STRING(found)[start + i] = (char)facts;
+    }
+    PyMem_RawFree(scratch.octets);
+    Py_DECREF(messages);
+    return PyLong_FromSsize_t(missed);
+fail:
+    PyMem_RawFree(scratch.octets);
+    Py_DECREF(messages);
+    if (PyByteArray_GET_SIZE(found) > start + i) {
+        /* A fact for each body appended, as before the error. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (PyByteArray_Resize(found, start + i) < 0) {
+            PyErr_Clear();
+        }
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
+PyDoc_STRVAR(withInternalDate_doc,
+"withInternalDate(prefix, when) -> bytes\n\n"
+"prefix followed by when as an RFC 3501 date-time with its quotes.  See\n"
+"imapmig.mail.message.withInternalDatePython.");
+
+static const char monthNames[12][4] = {
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+};
+
+/* Two decimal digits of 0 <= n < 100 at out. */
+static INLINE void
+twoDigits(char *out, int n)
+{
+    out[0] = (char)('0' + n / 10);
+    out[1] = (char)('0' + n % 10);
+}
+
+/*
+ * The offset of when from UTC in whole minutes into *minutes, as
+ * formatInternalDate finds it (its seconds truncated, then floored to
+ * minutes); 0 for a naive date or UTC, which takes no call.  -1 with an
+ * error set when it cannot be had.
+ */
+static int
+offsetMinutes(PyObject *when, long *minutes)
+{
+    PyObject *zone = PyDateTime_DATE_GET_TZINFO(when);
+    *minutes = 0;
+    if (zone == Py_None || zone == PyDateTime_TimeZone_UTC) {
+        return 0;
+    }
+    PyObject *offset = PyObject_CallMethod(when, "utcoffset", NULL);
+    if (offset == NULL) {
+        return -1;
+    }
+    if (offset == Py_None) {
+        Py_DECREF(offset);
+        return 0;
+    }
+    if (!PyDelta_Check(offset)) {
+        Py_DECREF(offset);
+        PyErr_SetString(PyExc_TypeError, "utcoffset() gave no timedelta");
+        return -1;
+    }
+    long long micro = ((long long)PyDateTime_DELTA_GET_DAYS(offset) * 86400
+                       + PyDateTime_DELTA_GET_SECONDS(offset)) * 1000000
+        + PyDateTime_DELTA_GET_MICROSECONDS(offset);
+    Py_DECREF(offset);
+    long long seconds = micro / 1000000;
+    *minutes = (long)(seconds >= 0 ? seconds / 60 : -((-seconds + 59) / 60));
+    return 0;
+}
+
+static PyObject *
+withInternalDate(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "withInternalDate() takes 2 positional arguments");
+        return NULL;
+    }
+    PyObject *prefix = args[0], *when = args[1];
+    if (!PyBytes_Check(prefix) || !PyDateTime_Check(when)) {
+        PyErr_SetString(PyExc_TypeError, "withInternalDate() needs bytes and a datetime");
+        return NULL;
+    }
+    long minutes;
+    if (offsetMinutes(when, &minutes) < 0) {
+        return NULL;
+    }
+    /* "DD-Mon-YYYY HH:MM:SS +0000" with its quotes: 28 octets. */
+    Py_ssize_t size = PyBytes_GET_SIZE(prefix);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, size + 28);
+    if (result == NULL) {
+        return NULL;
+    }
+    char *out = PyBytes_AS_STRING(result);
+    memcpy(out, PyBytes_AS_STRING(prefix), (size_t)size);
+    out += size;
+    int year = PyDateTime_GET_YEAR(when);
+    out[0] = '"';
+    twoDigits(out + 1, PyDateTime_GET_DAY(when));
+    out[3] = '-';
+    memcpy(out + 4, monthNames[PyDateTime_GET_MONTH(when) - 1], 3);
+    out[7] = '-';
+    twoDigits(out + 8, year / 100);
+    twoDigits(out + 10, year % 100);
+    out[12] = ' ';
+    twoDigits(out + 13, PyDateTime_DATE_GET_HOUR(when));
+    out[15] = ':';
+    twoDigits(out + 16, PyDateTime_DATE_GET_MINUTE(when));
+    out[18] = ':';
+    twoDigits(out + 19, PyDateTime_DATE_GET_SECOND(when));
+    out[21] = ' ';
+    out[22] = minutes < 0 ? '-' : '+';
+    minutes = minutes < 0 ? -minutes : minutes;
+    /* A tzinfo's offset is less than a day (datetime checks it). */
+    twoDigits(out + 23, (int)(minutes / 60 % 100));
+    twoDigits(out + 25, (int)(minutes % 60));
+    out[27] = '"';
     return result;
 }
 
@@ -483,6 +939,9 @@ static PyMethodDef octetsMethods[] = {
     {"crlfAndFacts", (PyCFunction)(void (*)(void))crlfAndFacts, METH_FASTCALL, crlfAndFacts_doc},
     {"crlfAndFactsBaseline", (PyCFunction)(void (*)(void))crlfAndFactsBaseline, METH_FASTCALL,
      crlfAndFactsBaseline_doc},
+    {"readListed", (PyCFunction)(void (*)(void))readListed, METH_FASTCALL, readListed_doc},
+    {"withInternalDate", (PyCFunction)(void (*)(void))withInternalDate, METH_FASTCALL,
+     withInternalDate_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -493,6 +952,10 @@ octetsExec(PyObject *module)
     __builtin_cpu_init();
     haveAVX2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
 #endif
+    PyDateTime_IMPORT;
+    if (PyDateTimeAPI == NULL) {
+        return -1;
+    }
     return PyModule_AddIntConstant(module, "AVX2", haveAVX2);
 }
 

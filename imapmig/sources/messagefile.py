@@ -11,15 +11,25 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from typing import Callable, Sequence
 
-from imapmig.mail.message import MessageBody, StreamedBody, UnreadableMessage
+from imapmig.mail.message import (
+    MessageBody,
+    ReadBodies,
+    SourceMessage,
+    StreamedBody,
+    UnreadableMessage,
+)
 from imapmig.mail.octets import UNKNOWN, crlfAndFacts
 from imapmig.sources.local import FILE_FLAGS, describe, notRegular, shownPath
 
 __all__ = [
     "LARGE_MESSAGE",
+    "NOT_READ",
     "READ_CHUNK",
     "readListedFile",
+    "readListedFiles",
+    "readListedFilesPython",
     "readMessageFile",
     "readOpenFile",
     "readOpenFileNoting",
@@ -63,26 +73,35 @@ def readMessageFile(
     return readOpenFile(fd, directory, name, listedSize)
 
 
-def readListedFile(name: str, listedSize: int, dirFd: int) -> tuple[bytes, int] | None:
+def readListedFile(
+    name: str, listedSize: int, dirFd: int, flags: int = FILE_FLAGS
+) -> tuple[bytes, int] | None:
     """
     The common case of L{readMessageFile}, on the hot path: a regular file
     of C{listedSize} octets (1 to L{LARGE_MESSAGE}) that still has that
     size, read in one C{read} with CRLF line endings, its facts found on
-    the way (L{crlfAndFacts}).
+    the way (L{crlfAndFacts}).  A file the listing gave no size (0) is read
+    so at the size its C{fstat} gives, if that is one.
 
     @param name: the file, relative to C{dirFd}.
-    @param listedSize: its size as the listing saw it.
+    @param listedSize: its size as the listing saw it, or 0.
     @param dirFd: the open directory holding it.
+    @param flags: how it is opened (L{FILE_FLAGS}).
     @return: the body and its facts (for L{ReadBodies}), or L{None} for
         anything else (the file is gone, or cannot be opened or read, or
         has another size, or is something else than a regular file by
         now): then L{readMessageFile} says what.
     """
     try:
-        fd = os.open(name, FILE_FLAGS, dir_fd=dirFd)
+        fd = os.open(name, flags, dir_fd=dirFd)
     except OSError:
         return None
     try:
+        if listedSize <= 0:
+            status = os.fstat(fd)
+            if not (stat.S_ISREG(status.st_mode) and 0 < status.st_size <= LARGE_MESSAGE):
+                return None
+            listedSize = status.st_size
         data = os.read(fd, listedSize + 1)
     except OSError:
         return None
@@ -93,6 +112,96 @@ def readListedFile(name: str, listedSize: int, dirFd: int) -> tuple[bytes, int] 
         # regular file at all (a FIFO put in its place reads as empty).
         return None
     return crlfAndFacts(data)
+
+
+NOT_READ = UnreadableMessage("not read by readListedFiles")
+"""
+What L{readListedFiles} puts where it did not read a body, for its caller
+to replace (compared by identity).
+"""
+
+_Locate = Callable[[str], "tuple[int, str, object] | None"]
+"""
+Where the file of a message key is: the index of its directory's
+descriptor, its name, and what it is when not a regular file (else
+L{None}); L{None} when it was not listed.
+"""
+
+
+def readListedFiles(
+    messages: Sequence[SourceMessage],
+    locate: _Locate,
+    descriptors: list[int | None],
+    bodies: ReadBodies,
+) -> int:
+    """
+    The common case of a batch of reads, on the hot path: each message's
+    file read as L{readListedFile} reads it, appended to C{bodies} with
+    its facts; L{NOT_READ} (and L{UNKNOWN}) where it was not (a size
+    above L{LARGE_MESSAGE}, a file not listed or listed as something else
+    than a regular file, or anything L{readListedFile} gives L{None} for,
+    such as an empty file): the caller reads those by L{readMessageFile},
+    which says why.  A message listed at 0 octets (its size not known) is
+    read at the size C{fstat} gives; others without one.
+
+    The C extension's (L{imapmig.mail._octets}) reads the whole batch in
+    one call, each file into one buffer reused from file to file, where
+    L{readListedFilesPython} makes a call to C{os.open}, C{os.read} and
+    C{os.close} for each (each releasing and taking back the GIL, the
+    C extension once a file) and an object more per body.
+
+    @param messages: the messages listed.
+    @param locate: where the file of a message key is.
+    @param descriptors: the open directories C{locate}'s indexes name
+        (L{None}: not there).
+    @param bodies: where the bodies and their facts are appended.
+    @return: how many were not read (L{NOT_READ}).
+    """
+    return _readListed(
+        messages, locate, descriptors, LARGE_MESSAGE, FILE_FLAGS, NOT_READ, bodies, bodies.facts
+    )
+
+
+def readListedFilesPython(
+    messages: Sequence[SourceMessage],
+    locate: _Locate,
+    descriptors: list[int | None],
+    largest: int,
+    flags: int,
+    notRead: MessageBody,
+    bodies: list[MessageBody],
+    facts: bytearray,
+) -> int:
+    """
+    L{readListedFiles} where the C extension was not built (and its
+    reference, C{tests.test_sources_messagefile} runs both): C{largest},
+    C{flags} and C{notRead} are L{LARGE_MESSAGE}, L{FILE_FLAGS} and
+    L{NOT_READ}, the facts appended to C{facts}.
+    """
+    missed = 0
+    for message in messages:
+        read = None
+        size = message.size
+        if 0 <= size <= largest:
+            located = locate(message.key)
+            if located is not None and located[2] is None:
+                fd = descriptors[located[0]]
+                if fd is not None:
+                    read = readListedFile(located[1], size, fd, flags)
+        if read is None:
+            bodies.append(notRead)
+            facts.append(UNKNOWN)
+            missed += 1
+        else:
+            bodies.append(read[0])
+            facts.append(read[1])
+    return missed
+
+
+try:
+    from imapmig.mail._octets import readListed as _readListed
+except ImportError:
+    _readListed = readListedFilesPython
 
 
 def _unreadable(shown: str, error: OSError) -> UnreadableMessage:

@@ -42,7 +42,7 @@ from imapmig.sources.local import (
     unreadableAll,
 )
 from imapmig.sources.maildir.folders import findFolders, isFolderName
-from imapmig.sources.messagefile import LARGE_MESSAGE, readListedFile
+from imapmig.sources.messagefile import NOT_READ
 from imapmig.sources.maildir.names import (
     LATEST_DIGITS,
     flagsOf,
@@ -472,27 +472,25 @@ class _Batch:
         found as they were read (where the common case read them).
         """
         bodies = ReadBodies()
-        append, note = bodies.append, bodies.facts.append
+        if self._opened.readListed(messages, self._files.locate, bodies):
+            self._readMissed(messages, bodies)
+        return bodies
+
+    def _readMissed(self, messages: Sequence[SourceMessage], bodies: ReadBodies) -> None:
+        """
+        Read the bodies the common case did not (L{NOT_READ} in C{bodies}),
+        in order, each where its file is now.
+        """
+        index = 0
         try:
-            for message in messages:
-                located = self._files.locate(message.key)
-                read = None
-                size = message.size
-                if located is not None and located[2] is None and 0 < size <= LARGE_MESSAGE:
-                    # The common case, inline (once per message): one open,
-                    # read, close.
-                    fd = self._opened.descriptors[located[0]]
-                    read = None if fd is None else readListedFile(located[1], size, fd)
-                if read is not None:
-                    append(read[0])
-                    note(read[1])
-                else:
-                    bodies.add(self._body(message, located))
+            for index, message in enumerate(messages):
+                if bodies[index] is NOT_READ:
+                    bodies[index] = self._body(message, self._files.locate(message.key))
         except SourceError as e:
             # The folder became unreadable while being read again.
-            for body in unreadableAll(str(e), messages[len(bodies) :]):
-                bodies.add(body)
-        return bodies
+            for index in range(index, len(messages)):
+                if bodies[index] is NOT_READ:
+                    bodies[index] = UnreadableMessage(str(e))
 
     def _body(self, message: SourceMessage, located: Located | None) -> MessageBody:
         """

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import Callable, Sequence
 
 from imapmig.errors import LeavesTree, SourceError
-from imapmig.mail.message import MessageBody, UnreadableMessage
+from imapmig.mail.message import MessageBody, ReadBodies, SourceMessage, UnreadableMessage
 from imapmig.sources.local import (
     Irregular,
     carriedName,
@@ -23,6 +24,7 @@ from imapmig.sources.local import (
 from imapmig.sources.messagefile import (
     LARGE_MESSAGE,
     readListedFile,
+    readListedFiles,
     readMessageFile,
     readOpenFile,
 )
@@ -158,6 +160,23 @@ class OpenFolder:
             return followEntry(self.tree, relative, shown, entry)
         except FileNotFoundError:
             return None
+
+    def readListed(
+        self,
+        messages: Sequence[SourceMessage],
+        locate: Callable[[str], Located | None],
+        bodies: ReadBodies,
+    ) -> int:
+        """
+        Read the files of C{messages} in the common case, appending each
+        body and its facts to C{bodies} (L{readListedFiles}: one call for
+        the batch where the C extension is built).
+
+        @param locate: where the file of a message key is.
+        @return: how many were not read: L{NOT_READ} stands in their place,
+            for L{read} to read.
+        """
+        return readListedFiles(messages, locate, self.descriptors, bodies)
 
     def read(self, located: Located, size: int) -> MessageBody | None:
         """
