@@ -14,7 +14,6 @@ import attrs
 from imapmig.mail import message
 from imapmig.mail.message import (
     SourceMessage,
-    WireDate,
     formatInternalDate,
     listedMessage,
     maildirFlags,
@@ -94,23 +93,6 @@ class InternalDateTests(SynchronousTestCase):
         west = datetime(2001, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-8)))
         self.assertEqual(formatInternalDate(east), b'"03-Feb-2001 04:05:06 +0530"')
         self.assertEqual(formatInternalDate(west), b'"31-Dec-2001 23:59:59 -0800"')
-
-    def test_wireDateAsItCame(self) -> None:
-        """
-        A L{WireDate} is given as the octets it came as, a space-padded day
-        included; one made by C{datetime}'s own methods, which has none, is
-        formatted.
-        """
-        zone = timezone(timedelta(hours=-5))
-        when = datetime.__new__(WireDate, 2020, 1, 2, 7, 8, 9, 0, zone)
-        when.quoted = b'" 2-Jan-2020 07:08:09 -0500"'
-        self.assertEqual(formatInternalDate(when), b'" 2-Jan-2020 07:08:09 -0500"')
-        later = when.replace(hour=8)
-        self.assertIs(type(later), WireDate)
-        self.assertEqual(formatInternalDate(later), b'"02-Jan-2020 08:08:09 -0500"')
-        self.assertEqual(
-            formatInternalDate(when.astimezone(timezone.utc)), b'"02-Jan-2020 12:08:09 +0000"'
-        )
 
 
 class WithInternalDateTests(SynchronousTestCase):

@@ -130,12 +130,11 @@ _BODY_LINE = re.compile(_BODY_LINE_PATTERN + rb"\r\n")
 # A whole response to a listing (C{UID FETCH ... (UID FLAGS INTERNALDATE
 # RFC822.SIZE)}) as servers write it, flags made of atoms only, the date
 # spelled as RFC 3501 shows it (the month capitalised): read without the
-# tokenizer, the date's fields found by the same match (and its quoted octets,
-# which the destination's APPEND can send as they came), into the same item.
+# tokenizer, the date's fields found by the same match, into the same item.
 _LISTING = re.compile(
     rb"\* ([0-9]{1,10}) FETCH \(UID ([0-9]{1,10}) FLAGS \(([^\x00-\x1f()\"{}\[\]\x7f]*)\) "
-    rb'INTERNALDATE ("( ?[0-9]{1,2})-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-([0-9]{4}) '
-    rb'([0-9]{2}):([0-9]{2}):([0-9]{2}) ([-+][0-9]{4})") RFC822\.SIZE ([0-9]{1,18})\)\Z'
+    rb'INTERNALDATE "( ?[0-9]{1,2})-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-([0-9]{4}) '
+    rb'([0-9]{2}):([0-9]{2}):([0-9]{2}) ([-+][0-9]{4})" RFC822\.SIZE ([0-9]{1,18})\)\Z'
 )
 
 

@@ -22,7 +22,6 @@ from attrs import field, frozen
 from imapmig.errors import FetchParseError
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.imap.syntax import Value
-from imapmig.mail.message import WireDate
 
 __all__ = [
     "FetchedItem",
@@ -368,25 +367,19 @@ def listedItem(match: re.Match[bytes]) -> FetchedItem:
     impossible date is L{None}).  One per message listed: the date is made
     from the fields the match found (a third of a listing response's
     reading went to L{parseInternalDate}'s splits), its zone once per
-    distinct offset; it is a L{WireDate} carrying its octets where they
-    are a valid APPEND C{date-time} (the day two octets, C{" 7"} or
-    C{"07"}, as RFC 3501's C{date-day-fixed}), so that the destination's
-    APPEND sends them as they came.
+    distinct offset.
     """
     (
-        sequence, uid, flags, quoted, day, month, year, hour, minute, second, zone, size
+        sequence, uid, flags, day, month, year, hour, minute, second, zone, size
     ) = match.groups()  # fmt: skip
-    internalDate: WireDate | None
+    internalDate: datetime | None
     try:
         internalDate = _newDate(
-            WireDate, int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second),
+            datetime, int(year), _MONTHS[month], int(day), int(hour), int(minute), int(second),
             0, _zoneOf(zone),
         )  # fmt: skip
     except ValueError:
         internalDate = None
-    else:
-        if len(day) == 2:
-            internalDate.quoted = quoted
     return madeItem(
         int(sequence), int(uid), _listedFlags(flags), internalDate, int(size), _NO_SECTIONS
     )

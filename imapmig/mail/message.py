@@ -344,31 +344,10 @@ def toCRLF(body: bytes) -> bytes:
     return crlfAndFacts(body)[0]
 
 
-class WireDate(datetime):
-    """
-    A date-time an IMAP server sent (a listed C{INTERNALDATE}) with the
-    octets it came as, quoted, where those are a valid APPEND C{date-time}:
-    L{formatInternalDate} gives them back rather than format the same
-    instant again, so a message copied server to server has its date
-    parsed once and formatted never (about a microsecond a message).
-
-    A L{datetime} in every other respect.  One made by C{datetime}'s own
-    methods (C{replace}, arithmetic, a copy, unpickling) has no C{quoted}
-    and is formatted as any other.
-
-    @ivar quoted: the octets, quotes included: C{b'"07-Dec-2026 10:00:00
-        +0100"'}.
-    """
-
-    __slots__ = ("quoted",)
-    quoted: bytes
-
-
 def formatInternalDate(when: datetime) -> bytes:
     """
     Format C{when} as an RFC 3501 C{date-time}, with its quotes:
-    C{b'"22-Nov-2026 04:38:25 +0000"'}; a L{WireDate} as the octets it
-    was read from.
+    C{b'"22-Nov-2026 04:38:25 +0000"'}.
 
     Called once per message sent: formatted as bytes directly, with UTC
     (the common case) taking no arithmetic.
@@ -376,10 +355,6 @@ def formatInternalDate(when: datetime) -> bytes:
     @param when: a timezone-aware datetime.
     @return: the quoted date-time, ready for the wire.
     """
-    if type(when) is WireDate:
-        quoted: bytes | None = getattr(when, "quoted", None)
-        if quoted is not None:
-            return quoted
     offset = when.utcoffset()
     if not offset:
         # Joined from tables: a third cheaper than the bytes formatting.
