@@ -62,9 +62,12 @@ LISTING_TURN = 2000
 # Where listMessages sorts a message with no date: before any date.
 _UNDATED = float("-inf")
 
-# What listMessages sorts: (date or _UNDATED, key, flags, size, date), the
-# size and date L{None} when unknown.
-_Row = tuple[float, str, tuple[str, ...], int | None, float | None]
+# What listMessages sorts: (date or _UNDATED, key, flags, size), the size
+# 0 when unknown.  Dates are floats, whole seconds where the name gives
+# them: a list of tuples whose first items are all floats is sorted with
+# C{float} comparisons, about 1,000 instructions a message fewer than
+# integers of two digits (any date after 2004) compared as objects.
+_Row = tuple[float, str, tuple[str, ...], int]
 
 # The flags of one folder's info letters, worked out once per combination.
 _Flags = Memo[str | None, tuple[str, ...]]
@@ -284,7 +287,7 @@ class MaildirSource:
                     yield None
                 part = scanned[start : start + turn]
                 files.add(part)
-                run = [_row(opened, flags, each) for each in part]
+                run = _rows(opened, flags, part)
                 run.sort()
                 runs.append(run)
         del scanned
@@ -369,30 +372,42 @@ def _unreadable(opened: OpenFolder, error: OSError) -> SourceError:
     return SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(error)}")
 
 
-def _row(opened: OpenFolder, flags: _Flags, scanned: Scanned) -> _Row:
+def _rows(opened: OpenFolder, flags: _Flags, scanned: list[Scanned]) -> list[_Row]:
     """
-    What C{listMessages} sorts of one file: the date and size its name
+    What C{listMessages} sorts of each file: the date and size its name
     gives, else its status gives.
     """
-    key, unique, index, name, letters, irregular = scanned
-    # Once per message, so leadingTimestamp's common case and the test for
-    # a size field are inline (a call costs about 500 instructions).
-    head = unique.partition(".")[0]
-    when: float | None
-    if 0 < len(head) < LATEST_DIGITS and head.isascii() and head.isdigit():
-        when = int(head)
-    else:
-        when = leadingTimestamp(unique)
-    size = sizeField(unique) if ",S=" in unique else None
-    if when is None or size is None:
-        # Its status's date and size; no status when it was renamed or
-        # deleted since the scan (readBodies looks for it again; meanwhile
-        # the server dates it).
-        status = opened.stat(index, name) if irregular is None else irregular.status
-        if status is not None:
-            when = status.st_mtime if when is None else when
-            size = status.st_size if size is None else size
-    return (_UNDATED if when is None else when, key, flags[letters], size, when)
+    rows: list[_Row] = []
+    append = rows.append
+    # Once per message, so inline: leadingTimestamp's common case, the
+    # test for a size field, and the row (a call costs about 500
+    # instructions).
+    for key, unique, index, name, letters, irregular in scanned:
+        head = unique.partition(".")[0]
+        when: float | None
+        if 0 < len(head) < LATEST_DIGITS and head.isascii() and head.isdigit():
+            when = float(head)
+        else:
+            when = _nameDate(unique)
+        size = sizeField(unique) if ",S=" in unique else None
+        if when is None or size is None:
+            # Its status's date and size; no status when it was renamed or
+            # deleted since the scan (readBodies looks for it again;
+            # meanwhile the server dates it).
+            status = opened.stat(index, name) if irregular is None else irregular.status
+            if status is not None:
+                when = status.st_mtime if when is None else when
+                size = status.st_size if size is None else size
+        append((_UNDATED if when is None else when, key, flags[letters], size or 0))
+    return rows
+
+
+def _nameDate(unique: str) -> float | None:
+    """
+    L{leadingTimestamp}, as a float (exact: at most 12 digits).
+    """
+    when = leadingTimestamp(unique)
+    return None if when is None else float(when)
 
 
 def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
@@ -403,8 +418,8 @@ def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
     of sorted runs.
 
     Rows are sorted as tuples (keys are unique, so the flags are never
-    compared): undated first (as if dated minus infinity); a file dated
-    before 1970 (a negative mtime) keeps its date.
+    compared): undated first (dated minus infinity); a file dated before
+    1970 (a negative mtime) keeps its date.
     """
     while len(runs) > 1:
         merged = []
@@ -421,17 +436,13 @@ def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
 
 def _listed(rows: list[_Row]) -> list[SourceMessage]:
     """
-    The messages of the rows of L{_row}.
+    The messages of the rows of L{_rows}.
     """
     fromTimestamp = datetime.fromtimestamp
+    utc = timezone.utc
     return [
-        listedMessage(
-            key,
-            flags,
-            None if when is None else fromTimestamp(when, timezone.utc),
-            0 if size is None else size,
-        )
-        for _, key, flags, size, when in rows
+        listedMessage(key, flags, None if when == _UNDATED else fromTimestamp(when, utc), size)
+        for when, key, flags, size in rows
     ]
 
 

@@ -91,20 +91,25 @@ def _scanSubdirectory(
     @param index: the subdirectory's index into L{SUBDIRS}.
     @return: how many entries were read.
     """
-    # Once per file, so inline: a regular file costs no call beyond
-    # splitName's.
+    # Once per file, so inline, splitName's common case (a name with
+    # C{:2,}) too: a regular file costs no call (a call costs about 500
+    # instructions).
     read = 0
     for entry in entries:
         read += 1
         name = entry.name
-        if name.startswith("."):
+        if name[0] == ".":
             continue
         irregular = None
         if not entry.is_file(follow_symlinks=False):
             irregular = folder.classify(index, entry)
             if irregular is None:
                 continue
-        unique, letters = splitName(name)
+        colon = name.find(":")
+        if colon > 0 and name[colon + 1 : colon + 3] == "2,":
+            unique, letters = name[:colon], name[colon + 3 :]
+        else:
+            unique, letters = splitName(name)
         if not unique.isascii() or "%" in unique:
             unique = carriedName(unique)
         scanned = (unique, unique, index, name, letters, irregular)
