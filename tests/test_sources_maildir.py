@@ -871,6 +871,7 @@ class OpenFolderTests(SynchronousTestCase):
         once; a file or a subdirectory that is gone gives L{None}; the
         descriptors (and the Maildir's) are closed on leaving.
         """
+        from imapmig.sources.local import sizeAndMtime
         from imapmig.sources.maildir.opened import OpenFolder
 
         folder = self.mktemp()
@@ -879,11 +880,13 @@ class OpenFolderTests(SynchronousTestCase):
             f.write(b"x" * 7)
         before = len(os.listdir("/proc/self/fd"))
         with OpenFolder(folder, "") as opened:
-            status = opened.stat(0, "m1:2,S")
+            cur = opened.descriptors[0]
+            assert cur is not None
+            status = sizeAndMtime(cur, "m1:2,S")
             assert status is not None
-            self.assertEqual(status.st_size, 7)
-            self.assertIsNone(opened.stat(0, "gone"))
-            self.assertIsNone(opened.stat(1, "m2"))
+            self.assertEqual(status[0], 7)
+            self.assertIsNone(sizeAndMtime(cur, "gone"))
+            self.assertIsNone(opened.descriptors[1])
             self.assertEqual(len(os.listdir("/proc/self/fd")), before + 2)
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
 

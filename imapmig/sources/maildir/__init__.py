@@ -33,12 +33,14 @@ from imapmig.mail.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
+    Irregular,
     Memo,
     carriedName,
     describe,
     linksToNothing,
     originalName,
     settled,
+    sizeAndMtime,
     unreadableAll,
 )
 from imapmig.sources.maildir.folders import findFolders, isFolderName
@@ -379,6 +381,7 @@ def _rows(opened: OpenFolder, flags: _Flags, scanned: list[Scanned]) -> list[_Ro
     """
     rows: list[_Row] = []
     append = rows.append
+    descriptors = opened.descriptors
     # Once per message, so inline: leadingTimestamp's common case, the
     # test for a size field, and the row (a call costs about 500
     # instructions).
@@ -393,13 +396,27 @@ def _rows(opened: OpenFolder, flags: _Flags, scanned: list[Scanned]) -> list[_Ro
         if when is None or size is None:
             # Its status's date and size; no status when it was renamed or
             # deleted since the scan (readBodies looks for it again;
-            # meanwhile the server dates it).
-            status = opened.stat(index, name) if irregular is None else irregular.status
+            # meanwhile the server dates it).  A scanned file's
+            # subdirectory is open.
+            status = (
+                sizeAndMtime(descriptors[index], name)  # type: ignore[arg-type]
+                if irregular is None
+                else _statusOf(irregular)
+            )
             if status is not None:
-                when = status.st_mtime if when is None else when
-                size = status.st_size if size is None else size
+                when = status[1] if when is None else when
+                size = status[0] if size is None else size
         append((_UNDATED if when is None else when, key, flags[letters], size or 0))
     return rows
+
+
+def _statusOf(irregular: Irregular) -> tuple[int, float] | None:
+    """
+    The size and mtime of the file an entry that is not a regular file
+    leads to (L{None} for one that leads nowhere).
+    """
+    status = irregular.status
+    return None if status is None else (status.st_size, status.st_mtime)
 
 
 def _nameDate(unique: str) -> float | None:

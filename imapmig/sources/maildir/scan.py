@@ -95,6 +95,7 @@ def _scanSubdirectory(
     # C{:2,}) too: a regular file costs no call (a call costs about 500
     # instructions).
     read = 0
+    letters: str | None
     for entry in entries:
         read += 1
         name = entry.name

@@ -1,0 +1,134 @@
+/*
+ * imapmig.sources._listing: a listed file's size and mtime in C (issue 31).
+ *
+ * sizeAndMtime(dirFd, name) -> (st_size, st_mtime) or None
+ *
+ * The same function as imapmig.sources.local.sizeAndMtimePython, which is
+ * the reference and the fallback where this extension was not built (no
+ * compiler): the status of the file name in the directory dirFd, not
+ * following a symbolic link (one fstatat, the GIL released around it), its
+ * size and its mtime in seconds as a float, exactly as os.stat's st_size and
+ * st_mtime; None when it cannot be had (renamed or deleted since the
+ * directory was read, or any other error).  tests.test_sources_local runs
+ * both on the same files.
+ *
+ * A Maildir listing takes one status a file whose name carries no size
+ * (no ,S= field), which is most of them: os.stat built an os.stat_result
+ * of nineteen fields for the two it needs, each of its three times in
+ * seconds, as a float and in nanoseconds (a multiplication and an addition
+ * of Python integers each), after parsing its keyword arguments: about 6,600
+ * instructions a file, a fifth of the listing's cost a message
+ * (bench/results/cpu.md, "Fourth round: the listing").
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+
+PyDoc_STRVAR(sizeAndMtime_doc,
+             "sizeAndMtime(dirFd, name, /)\n--\n\n"
+             "The size and mtime (seconds, a float) of the file name in the directory\n"
+             "dirFd, not following a symbolic link, as os.stat's st_size and st_mtime;\n"
+             "None when it cannot be had.");
+
+static PyObject *
+sizeAndMtime(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "sizeAndMtime takes exactly 2 arguments");
+        return NULL;
+    }
+    long fd = PyLong_AsLong(args[0]);
+    if (fd == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (fd < INT_MIN || fd > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "sizeAndMtime: dirFd out of range");
+        return NULL;
+    }
+    int dirFd = (int)fd;
+    PyObject *name = args[1];
+    if (!PyUnicode_Check(name)) {
+        PyErr_SetString(PyExc_TypeError, "sizeAndMtime: name must be str");
+        return NULL;
+    }
+    PyObject *encoded = NULL;
+    const char *path;
+    Py_ssize_t length;
+    if (PyUnicode_IS_COMPACT_ASCII(name)) {
+        /* The common case: an ASCII name is its own encoding, stored with a
+         * terminating NUL. */
+        path = (const char *)PyUnicode_DATA(name);
+        length = PyUnicode_GET_LENGTH(name);
+    }
+    else {
+        /* As os.stat encodes it: the file system encoding, with
+         * surrogateescape for the octets that did not decode. */
+        encoded = PyUnicode_EncodeFSDefault(name);
+        if (encoded == NULL) {
+            return NULL;
+        }
+        path = PyBytes_AS_STRING(encoded);
+        length = PyBytes_GET_SIZE(encoded);
+    }
+    if ((Py_ssize_t)strlen(path) != length) {
+        /* An embedded NUL: no such file can be listed. */
+        Py_XDECREF(encoded);
+        Py_RETURN_NONE;
+    }
+    struct stat status;
+    int result;
+    Py_BEGIN_ALLOW_THREADS
+    result = fstatat(dirFd, path, &status, AT_SYMLINK_NOFOLLOW);
+    Py_END_ALLOW_THREADS
+    Py_XDECREF(encoded);
+    if (result != 0) {
+        Py_RETURN_NONE;
+    }
+    /* As CPython's fill_time computes st_mtime. */
+    double mtime = status.st_mtim.tv_sec + status.st_mtim.tv_nsec * 1e-9;
+    PyObject *pair = PyTuple_New(2);
+    PyObject *size = PyLong_FromLongLong((long long)status.st_size);
+    PyObject *when = PyFloat_FromDouble(mtime);
+    if (pair == NULL || size == NULL || when == NULL) {
+        Py_XDECREF(pair);
+        Py_XDECREF(size);
+        Py_XDECREF(when);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, size);
+    PyTuple_SET_ITEM(pair, 1, when);
+    return pair;
+}
+
+static PyMethodDef listingMethods[] = {
+    {"sizeAndMtime", (PyCFunction)(void (*)(void))sizeAndMtime, METH_FASTCALL, sizeAndMtime_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyModuleDef_Slot listingSlots[] = {
+    {0, NULL},
+};
+
+static struct PyModuleDef listingModule = {
+    PyModuleDef_HEAD_INIT,
+    "imapmig.sources._listing",
+    "A listed file's size and mtime in C (see imapmig.sources.local.sizeAndMtime).",
+    0,
+    listingMethods,
+    listingSlots,
+    NULL,
+    NULL,
+    NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__listing(void)
+{
+    return PyModuleDef_Init(&listingModule);
+}
