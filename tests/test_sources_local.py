@@ -15,6 +15,7 @@ import random
 import stat
 import subprocess
 import sys
+from datetime import datetime, timezone
 from typing import Callable, Iterator
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -513,3 +514,70 @@ class SizeAndMtimeTests(SynchronousTestCase):
         )
         self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
         self.assertIn("PASSED", result.stdout)
+
+
+class UtcDatetimeTests(SynchronousTestCase):
+    """
+    L{local.utcDatetime}, in C and in Python (L{local.utcDatetimePython}):
+    C{datetime.fromtimestamp(seconds, timezone.utc)}, its errors included.
+    """
+
+    def functions(self) -> list[Callable[[float], datetime]]:
+        """
+        The Python twin and the C extension's function (see
+        L{SizeAndMtimeTests.functions}).
+        """
+        try:
+            from imapmig.sources import _listing
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                raise AssertionError("imapmig.sources._listing is not built")
+            return [local.utcDatetimePython]
+        self.assertIs(local.utcDatetime, _listing.utcDatetime)
+        return [local.utcDatetimePython, _listing.utcDatetime]
+
+    def assertSame(self, seconds: float) -> None:
+        """
+        Each function gives what C{datetime.fromtimestamp} gives for
+        C{seconds}, or raises the same error.
+        """
+        try:
+            expected: object = datetime.fromtimestamp(seconds, timezone.utc)
+        except (OverflowError, ValueError, OSError) as e:
+            expected = type(e)
+        for function in self.functions():
+            try:
+                got: object = function(seconds)
+            except (OverflowError, ValueError, OSError) as e:
+                got = type(e)
+            self.assertEqual(got, expected, (function, seconds))
+            if isinstance(got, datetime):
+                self.assertIs(got.tzinfo, timezone.utc)
+
+    def test_edges(self) -> None:
+        """
+        Whole seconds from 1970 to the end of 9999 (each month's and leap
+        year's edges), microseconds rounded half to even, a fraction that
+        rounds up to the next second (and out of year 9999), before 1970,
+        and what no datetime holds.
+        """
+        for seconds in (
+            0.0, 1.0, 59.0, 86399.0, 86400.0, 951782400.0, 951868800.0, 1106145284.0,
+            4107542399.0, 4107542400.0, 253402300799.0, 253402300799.9999995,
+            253402300799.9999996, 253402300800.0, 1e15, 1.0000005, 1.0000015,
+            2.5e-7, 0.9999995, 1700000000.123456789, -0.0, -0.4e-6, -1.0,
+            -86400.987654321, -62135596800.0, -1e15, float("inf"), float("-inf"),
+            float("nan"),
+        ):  # fmt: skip
+            self.assertSame(seconds)
+
+    def test_spread(self) -> None:
+        """
+        Every day from 1970 to 9999 (a random second and fraction in it)
+        and random seconds with half-microsecond fractions.
+        """
+        rng = random.Random(31)
+        for day in range(0, 2932897, 31):
+            self.assertSame(day * 86400 + rng.randrange(86400) + rng.random())
+        for _ in range(20000):
+            self.assertSame(rng.randrange(4102444800) + rng.randrange(2000000) / 2e6)

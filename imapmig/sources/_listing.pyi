@@ -1,4 +1,8 @@
 # The C extension imapmig/sources/_listing.c, built where a compiler is:
-# imapmig.sources.local.sizeAndMtimePython is the same function, documented.
+# imapmig.sources.local.sizeAndMtimePython and utcDatetimePython are the same
+# functions, documented.
+
+from datetime import datetime
 
 def sizeAndMtime(dirFd: int, name: str, /) -> tuple[int, float] | None: ...
+def utcDatetime(seconds: float, /) -> datetime: ...

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime, timezone
 from functools import partial
 from typing import Callable, Generator, Iterator, Sequence
 
@@ -42,6 +41,7 @@ from imapmig.sources.local import (
     settled,
     sizeAndMtime,
     unreadableAll,
+    utcDatetime,
 )
 from imapmig.sources.maildir.folders import findFolders, isFolderName
 from imapmig.sources.messagefile import LARGE_MESSAGE, readListedFile
@@ -455,10 +455,8 @@ def _listed(rows: list[_Row]) -> list[SourceMessage]:
     """
     The messages of the rows of L{_rows}.
     """
-    fromTimestamp = datetime.fromtimestamp
-    utc = timezone.utc
     return [
-        listedMessage(key, flags, None if when == _UNDATED else fromTimestamp(when, utc), size)
+        listedMessage(key, flags, None if when == _UNDATED else utcDatetime(when), size)
         for when, key, flags, size in rows
     ]
 
