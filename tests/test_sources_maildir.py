@@ -9,7 +9,9 @@ temporary directory.
 from __future__ import annotations
 
 import os
+import random
 import stat
+import sys
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
@@ -1398,3 +1400,88 @@ class ListingInTurnsTests(MaildirTestCase):
         source = MaildirSource(self.maildir())
         missing = SourceFolder(path=("Gone",), key=".Gone")
         self.failureResultOf(source.listMessagesInTurns(missing, cooperator), SourceError)
+
+
+class NameFieldsTests(SynchronousTestCase):
+    """
+    L{imapmig.sources.maildir.names.nameFields}, in C (the extension
+    L{imapmig.sources._listing}) and in Python (C{nameFieldsPython}): the
+    delivery time and the size a unique name gives, as
+    L{imapmig.sources.maildir.names.leadingTimestamp} and C{sizeField} read
+    them.
+    """
+
+    def functions(self) -> list[Callable[[str], tuple[float | None, int | None]]]:
+        """
+        The Python twin and the C extension's function (the test fails
+        where the extension was not built under C{CI=true}).
+        """
+        from imapmig.sources.maildir import names
+
+        try:
+            from imapmig.sources import _listing
+        except ImportError:
+            # Not built, or kept out on purpose (by
+            # tests.test_sources_local's run without it).
+            if os.environ.get("CI") == "true" and "imapmig.sources._listing" not in sys.modules:
+                raise AssertionError("imapmig.sources._listing is not built")
+            return [names.nameFieldsPython]
+        self.assertIs(names.nameFields, _listing.nameFields)
+        return [names.nameFieldsPython, _listing.nameFields]
+
+    def assertFields(self, unique: str, expected: tuple[float | None, int | None]) -> None:
+        """
+        Each function gives C{expected} for C{unique}, a date as a float.
+        """
+        for function in self.functions():
+            got = function(unique)
+            self.assertEqual(got, expected, (function, unique))
+            if got[0] is not None:
+                self.assertIs(type(got[0]), float)
+
+    def test_examples(self) -> None:
+        """
+        The leading integer up to the first dot is the date (leading zeros
+        allowed, up to 9999-12-31 23:59:59, ASCII digits only); the first
+        C{,S=} followed by digits is the size, however many digits.
+        """
+        for unique, expected in [
+            ("1700000000.M1P2.host", (1700000000.0, None)),
+            ("1700000000.M1P2.host,S=1234", (1700000000.0, 1234)),
+            ("1700000000.M1P2.host,S=1234,W=1300", (1700000000.0, 1234)),
+            ("1700000000", (1700000000.0, None)),
+            ("0.x", (0.0, None)),
+            ("", (None, None)),
+            (".x,S=5", (None, 5)),
+            ("x1700000000.y", (None, None)),
+            ("170000000a.y", (None, None)),
+            ("253402300799.y", (253402300799.0, None)),
+            ("253402300800.y", (None, None)),
+            ("0000000000000001.y", (1.0, None)),
+            ("0253402300799.y", (253402300799.0, None)),
+            ("1253402300799.y", (None, None)),
+            ("99999999999.y", (99999999999.0, None)),
+            ("\u0661\u0662.y,S=\u0663", (None, None)),
+            ("1.y,S=,S=x,S=7", (1.0, 7)),
+            ("1.y,S=", (1.0, None)),
+            ("1.y,s=7", (1.0, None)),
+            ("1.y,S=" + "9" * 40, (1.0, int("9" * 40))),
+            ("1.y,S=123456789012345678", (1.0, 123456789012345678)),
+            ("1.y,S=1234567890123456789", (1.0, 1234567890123456789)),
+            ("1.h\u00e9,S=12", (1.0, 12)),
+            ("1.h\U0001f600,S=12", (1.0, 12)),
+        ]:
+            self.assertFields(unique, expected)
+
+    def test_sameAsPython(self) -> None:
+        """
+        On names made of digits, dots, commas, C{S}, C{=} and other
+        characters, the C function gives what the Python one gives.
+        """
+        from imapmig.sources.maildir.names import nameFieldsPython
+
+        rng = random.Random(31)
+        alphabet = "0123456789" * 3 + "..,,SS==x%\u00e9\u0661"
+        for _ in range(20000):
+            unique = "".join(rng.choice(alphabet) for _ in range(rng.randrange(30)))
+            self.assertFields(unique, nameFieldsPython(unique))

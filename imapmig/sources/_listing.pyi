@@ -1,8 +1,10 @@
 # The C extension imapmig/sources/_listing.c, built where a compiler is:
-# imapmig.sources.local.sizeAndMtimePython and utcDatetimePython are the same
-# functions, documented.
+# imapmig.sources.local.sizeAndMtimePython and utcDatetimePython, and
+# imapmig.sources.maildir.names.nameFieldsPython, are the same functions,
+# documented.
 
 from datetime import datetime
 
 def sizeAndMtime(dirFd: int, name: str, /) -> tuple[int, float] | None: ...
 def utcDatetime(seconds: float, /) -> datetime: ...
+def nameFields(unique: str, /) -> tuple[float | None, int | None]: ...

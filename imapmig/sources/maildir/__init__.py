@@ -33,7 +33,6 @@ from imapmig.mail.message import (
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
     Irregular,
-    Memo,
     carriedName,
     describe,
     linksToNothing,
@@ -46,11 +45,9 @@ from imapmig.sources.local import (
 from imapmig.sources.maildir.folders import findFolders, isFolderName
 from imapmig.sources.messagefile import LARGE_MESSAGE, readListedFile
 from imapmig.sources.maildir.names import (
-    LATEST_DIGITS,
     flagsOf,
-    leadingTimestamp,
+    nameFields,
     readKeywords,
-    sizeField,
 )
 from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder, scanInTurns
@@ -72,7 +69,7 @@ _UNDATED = float("-inf")
 _Row = tuple[float, str, tuple[str, ...], int]
 
 # The flags of one folder's info letters, worked out once per combination.
-_Flags = Memo[str | None, tuple[str, ...]]
+_Flags = dict[str | None, tuple[str, ...]]
 
 
 @implementer(IMessageSource)
@@ -282,14 +279,15 @@ class MaildirSource:
             except OSError as e:
                 raise _unreadable(opened, e) from e
             files = self._messageFiles[folder.key] = FolderFiles(opened.relative, [])
-            flags = Memo(partial(flagsOf, keywords=readKeywords(opened.tree, opened.relative)))
+            keywords = readKeywords(opened.tree, opened.relative)
+            flags: _Flags = {}
             runs: list[list[_Row]] = []
             for start in range(0, len(scanned), turn):
                 if start:
                     yield None
                 part = scanned[start : start + turn]
                 files.add(part)
-                run = _rows(opened, flags, part)
+                run = _rows(opened, flags, keywords, part)
                 run.sort()
                 runs.append(run)
         del scanned
@@ -374,25 +372,24 @@ def _unreadable(opened: OpenFolder, error: OSError) -> SourceError:
     return SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(error)}")
 
 
-def _rows(opened: OpenFolder, flags: _Flags, scanned: list[Scanned]) -> list[_Row]:
+def _rows(opened: OpenFolder, flags: _Flags, keywords: dict[str, str], scanned: list[Scanned]) -> list[_Row]:
     """
     What C{listMessages} sorts of each file: the date and size its name
     gives, else its status gives.
+
+    @param flags: the flags of the folder's combinations of info letters
+        met so far (those met now are added).
+    @param keywords: the folder's C{dovecot-keywords}.
     """
     rows: list[_Row] = []
     append = rows.append
     descriptors = opened.descriptors
-    # Once per message, so inline: leadingTimestamp's common case, the
-    # test for a size field, and the row (a call costs about 500
-    # instructions).
+    known = flags.get
+    # Once per message, so inline: the row, and the flags of letters met
+    # before (a call costs about 500 instructions; a dict subclass's
+    # __missing__ makes each [] a call of __getitem__).
     for key, unique, index, name, letters, irregular in scanned:
-        head = unique.partition(".")[0]
-        when: float | None
-        if 0 < len(head) < LATEST_DIGITS and head.isascii() and head.isdigit():
-            when = float(head)
-        else:
-            when = _nameDate(unique)
-        size = sizeField(unique) if ",S=" in unique else None
+        when, size = nameFields(unique)
         if when is None or size is None:
             # Its status's date and size; no status when it was renamed or
             # deleted since the scan (readBodies looks for it again;
@@ -406,7 +403,10 @@ def _rows(opened: OpenFolder, flags: _Flags, scanned: list[Scanned]) -> list[_Ro
             if status is not None:
                 when = status[1] if when is None else when
                 size = status[0] if size is None else size
-        append((_UNDATED if when is None else when, key, flags[letters], size or 0))
+        flagged = known(letters)
+        if flagged is None:
+            flagged = flags[letters] = flagsOf(letters, keywords)
+        append((_UNDATED if when is None else when, key, flagged, size or 0))
     return rows
 
 
@@ -417,14 +417,6 @@ def _statusOf(irregular: Irregular) -> tuple[int, float] | None:
     """
     status = irregular.status
     return None if status is None else (status.st_size, status.st_mtime)
-
-
-def _nameDate(unique: str) -> float | None:
-    """
-    L{leadingTimestamp}, as a float (exact: at most 12 digits).
-    """
-    when = leadingTimestamp(unique)
-    return None if when is None else float(when)
 
 
 def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
