@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import Clock, Cooperator
 from twisted.logger import LogLevel, capturedLogs, formatEvent
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import SourceError
@@ -1485,3 +1485,57 @@ class NameFieldsTests(SynchronousTestCase):
         for _ in range(20000):
             unique = "".join(rng.choice(alphabet) for _ in range(rng.randrange(30)))
             self.assertFields(unique, nameFieldsPython(unique))
+
+
+class ListedMessagesTests(SynchronousTestCase):
+    """
+    The messages of a listing's sorted rows, in C (the extension's
+    C{listedMessages}) and in Python (C{_listedPython}).
+    """
+
+    def test_sameAsPython(self) -> None:
+        """
+        Rows dated by their names, by mtimes with nanoseconds, before 1970,
+        and undated, give the same L{SourceMessage}s (every field) in C as
+        in Python; they are SourceMessage's four fields.
+        """
+        import attrs
+
+        from imapmig.sources import maildir
+
+        self.assertEqual(
+            [field.name for field in attrs.fields(SourceMessage)],
+            ["key", "flags", "internalDate", "size"],
+        )
+        rows = [
+            (float("-inf"), "undated", (), 0),
+            (-86400.987654321, "old", ("\\Seen",), 7),
+            (0.0, "epoch", ("\\Seen", "$Label1"), 1),
+            (1700000000.0, "named", ("\\Flagged",), 1234),
+            (1700000000.123456789, "mtime", (), 10**12),
+            (253402300799.0, "last", (), 5),
+        ]
+        expected = maildir._listedPython(rows)
+        self.assertEqual(expected[0].internalDate, None)
+        self.assertEqual(
+            expected[3].internalDate, datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)
+        )
+        self.assertEqual(maildir._listed(rows), expected)
+        if os.environ.get("CI") == "true" and "imapmig.sources._listing" not in sys.modules:
+            self.assertIsNotNone(maildir._listedMessages)
+
+    def test_badRows(self) -> None:
+        """
+        The C function refuses rows that are not (float, key, flags, size)
+        and fields that are not data descriptors, rather than make
+        messages of them.
+        """
+        from imapmig.sources import maildir
+
+        if maildir._listedMessages is None:
+            raise SkipTest("imapmig.sources._listing is not built")
+        listed = maildir._listedMessages
+        for rows in ([(1, "k", (), 0)], [(1.0, "k", ())], [None]):
+            self.assertRaises(TypeError, listed, rows, SourceMessage, maildir._FIELDS)
+        self.assertRaises(TypeError, listed, [], SourceMessage, (1, 2, 3, 4))
+        self.assertRaises(TypeError, listed, [], SourceMessage, maildir._FIELDS[:3])

@@ -4,7 +4,16 @@
 # documented.
 
 from datetime import datetime
+from typing import TypeVar
+
+_Message = TypeVar("_Message")
 
 def sizeAndMtime(dirFd: int, name: str, /) -> tuple[int, float] | None: ...
 def utcDatetime(seconds: float, /) -> datetime: ...
 def nameFields(unique: str, /) -> tuple[float | None, int | None]: ...
+def listedMessages(
+    rows: list[tuple[float, str, tuple[str, ...], int]],
+    cls: type[_Message],
+    fields: tuple[object, ...],
+    /,
+) -> list[_Message]: ...

@@ -445,12 +445,36 @@ def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
 
 def _listed(rows: list[_Row]) -> list[SourceMessage]:
     """
-    The messages of the rows of L{_rows}.
+    The messages of the rows of L{_rows}: L{_listedPython}, in C where the
+    extension L{imapmig.sources._listing} was built.
+    """
+    if _listedMessages is None:
+        return _listedPython(rows)
+    return _listedMessages(rows, SourceMessage, _FIELDS)
+
+
+def _listedPython(rows: list[_Row]) -> list[SourceMessage]:
+    """
+    The messages of the rows of L{_rows} (the reference of the C
+    extension's C{listedMessages}, and its stand-in where it was not
+    built).
     """
     return [
         listedMessage(key, flags, None if when == _UNDATED else utcDatetime(when), size)
         for when, key, flags, size in rows
     ]
+
+
+# SourceMessage's fields, in the order the C extension's listedMessages
+# sets them from a row (as listedMessage sets them: through its slots'
+# descriptors).
+_FIELDS = tuple(SourceMessage.__dict__[name] for name in ("key", "flags", "internalDate", "size"))
+
+_listedMessages: Callable[[list[_Row], type[SourceMessage], tuple[object, ...]], list[SourceMessage]] | None
+try:
+    from imapmig.sources._listing import listedMessages as _listedMessages
+except ImportError:
+    _listedMessages = None
 
 
 class _Batch:
