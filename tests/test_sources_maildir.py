@@ -1539,3 +1539,46 @@ class ListedMessagesTests(SynchronousTestCase):
             self.assertRaises(TypeError, listed, rows, SourceMessage, maildir._FIELDS)
         self.assertRaises(TypeError, listed, [], SourceMessage, (1, 2, 3, 4))
         self.assertRaises(TypeError, listed, [], SourceMessage, maildir._FIELDS[:3])
+
+
+class ScannedOfTests(SynchronousTestCase):
+    """
+    C{imapmig.sources.maildir.scan.scannedOf}, in C and in Python
+    (C{scannedOfPython}): what the scan keeps of an entry.
+    """
+
+    def test_sameAsPython(self) -> None:
+        """
+        Names with and without info (C{:2,}, C{!2,}, C{;2,}, a C{:} without
+        C{2,}, several marks), dotfiles, names that are not ASCII, hold a
+        C{%} or undecodable octets give the same in C as in Python, the
+        unique part carried by L{carriedName}.
+        """
+        from imapmig.sources.local import Irregular, carriedName
+        from imapmig.sources.maildir import scan
+
+        if scan.scannedOf is scan.scannedOfPython:
+            if os.environ.get("CI") == "true" and "imapmig.sources._listing" not in sys.modules:
+                raise AssertionError("imapmig.sources._listing is not built")
+            raise SkipTest("imapmig.sources._listing is not built")
+        irregular = Irregular("a FIFO")
+        names = [
+            "1700000000.M1P2.host:2,S", "1700000000.M1P2.host:2,", "1700000000.M1P2.host",
+            "1700000000.M1P2.host:1,x", "a:2,S:2,T", "a!2,S", "a;2,S", "a!2,S!2,T", "a;2,S!2,T",
+            "a!2", "a:", ":2,S", ".hidden", ".", "caf\u00e9:2,S", "caf\udce9:2,S",
+            "100%:2,S", "100%25:2,F", "x:2,caf\u00e9", "\U0001f600!2,R", "a:2",
+        ]  # fmt: skip
+        rng = random.Random(31)
+        alphabet = "ab1.:;!2,S%\u00e9\udce9"
+        names += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12))) for _ in range(20000)]
+        for name in names:
+            for index, what in ((0, None), (1, irregular)):
+                self.assertEqual(
+                    scan.scannedOf(name, index, what, carriedName),
+                    scan.scannedOfPython(name, index, what, carriedName),
+                    name,
+                )
+        self.assertEqual(
+            scan.scannedOf("caf\udce9:2,S", 0, None, carriedName),
+            ("caf%E9", "caf%E9", 0, "caf\udce9:2,S", "S", None),
+        )

@@ -45,6 +45,16 @@
  * Python's are.  Seconds before 1970 or after the year 9999, or not a
  * number, are handed to Python's function (its result or its error).
  *
+ * scannedOf(name, index, irregular, carry) -> tuple or None
+ *
+ * The same as imapmig.sources.maildir.scan.scannedOfPython: what the scan
+ * of a Maildir folder keeps of one entry of cur/ or new/ (its unique part
+ * twice, index, name, flag letters and irregular), None for a dotfile; the
+ * name is split as imapmig.sources.maildir.names.splitName splits it, and a
+ * unique part that is not ASCII or holds a "%" is given to carry
+ * (carriedName).  Python took a find, a comparison, three slices and two
+ * string tests a file.
+ *
  * listedMessages(rows, cls, fields) -> list
  *
  * The messages of a Maildir listing's sorted rows (date or -inf, key,
@@ -281,6 +291,102 @@ failed:
     return NULL;
 }
 
+PyDoc_STRVAR(scannedOf_doc,
+             "scannedOf(name, index, irregular, carry, /)\n--\n\n"
+             "(unique, unique, index, name, letters, irregular) of a Maildir entry,\n"
+             "None for a dotfile; carry(unique) where unique is not ASCII or holds a %.");
+
+/* Where the last "<mark>2," in the text starts; -1 if nowhere. */
+static Py_ssize_t
+lastInfo(int kind, const void *data, Py_ssize_t length, Py_UCS4 mark)
+{
+    for (Py_ssize_t i = length - 3; i >= 0; i--) {
+        if (PyUnicode_READ(kind, data, i) == mark && PyUnicode_READ(kind, data, i + 1) == '2'
+            && PyUnicode_READ(kind, data, i + 2) == ',') {
+            return i;
+        }
+    }
+    return -1;
+}
+
+static PyObject *
+scannedOf(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 4 || !PyUnicode_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scannedOf(name: str, index, irregular, carry)");
+        return NULL;
+    }
+    PyObject *name = args[0];
+    if (PyUnicode_READY(name) < 0) {
+        return NULL;
+    }
+    int kind = PyUnicode_KIND(name);
+    const void *data = PyUnicode_DATA(name);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(name);
+    if (length == 0 || PyUnicode_READ(kind, data, 0) == '.') {
+        Py_RETURN_NONE;
+    }
+    /* splitName: the info starts at the first ":", else at the last "!2,"
+     * or ";2,". */
+    Py_ssize_t colon = 0;
+    while (colon < length && PyUnicode_READ(kind, data, colon) != ':') {
+        colon++;
+    }
+    if (colon == length) {
+        colon = lastInfo(kind, data, length, '!');
+        if (colon < 0) {
+            colon = lastInfo(kind, data, length, ';');
+        }
+    }
+    Py_ssize_t end = colon < 0 ? length : colon;
+    int carried = 0;
+    for (Py_ssize_t i = 0; i < end; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 128 || c == '%') {
+            carried = 1;
+            break;
+        }
+    }
+    PyObject *unique = PyUnicode_Substring(name, 0, end);
+    if (unique == NULL) {
+        return NULL;
+    }
+    if (carried) {
+        PyObject *carriedUnique = PyObject_CallOneArg(args[3], unique);
+        Py_DECREF(unique);
+        if (carriedUnique == NULL) {
+            return NULL;
+        }
+        unique = carriedUnique;
+    }
+    PyObject *letters;
+    if (colon >= 0 && colon + 2 < length && PyUnicode_READ(kind, data, colon + 1) == '2'
+        && PyUnicode_READ(kind, data, colon + 2) == ',') {
+        letters = PyUnicode_Substring(name, colon + 3, length);
+        if (letters == NULL) {
+            Py_DECREF(unique);
+            return NULL;
+        }
+    }
+    else {
+        letters = Py_NewRef(Py_None);
+    }
+    PyObject *scanned = PyTuple_New(6);
+    if (scanned == NULL) {
+        Py_DECREF(unique);
+        Py_DECREF(letters);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(scanned, 0, Py_NewRef(unique));
+    PyTuple_SET_ITEM(scanned, 1, unique);
+    PyTuple_SET_ITEM(scanned, 2, Py_NewRef(args[1]));
+    PyTuple_SET_ITEM(scanned, 3, Py_NewRef(name));
+    PyTuple_SET_ITEM(scanned, 4, letters);
+    PyTuple_SET_ITEM(scanned, 5, Py_NewRef(args[2]));
+    return scanned;
+}
+
 PyDoc_STRVAR(nameFields_doc,
              "nameFields(unique, /)\n--\n\n"
              "The delivery time (a float) and the size a Maildir unique name gives,\n"
@@ -423,6 +529,7 @@ static PyMethodDef listingMethods[] = {
     {"sizeAndMtime", (PyCFunction)(void (*)(void))sizeAndMtime, METH_FASTCALL, sizeAndMtime_doc},
     {"utcDatetime", (PyCFunction)utcDatetime, METH_O, utcDatetime_doc},
     {"nameFields", (PyCFunction)nameFields, METH_O, nameFields_doc},
+    {"scannedOf", (PyCFunction)(void (*)(void))scannedOf, METH_FASTCALL, scannedOf_doc},
     {"listedMessages", (PyCFunction)(void (*)(void))listedMessages, METH_FASTCALL,
      listedMessages_doc},
     {NULL, NULL, 0, NULL},

@@ -1,10 +1,12 @@
 # The C extension imapmig/sources/_listing.c, built where a compiler is:
 # imapmig.sources.local.sizeAndMtimePython and utcDatetimePython, and
-# imapmig.sources.maildir.names.nameFieldsPython, are the same functions,
-# documented.
+# imapmig.sources.maildir.names.nameFieldsPython, scan.scannedOfPython and
+# _listedPython, are the same functions, documented.
 
 from datetime import datetime
-from typing import TypeVar
+from typing import Callable, TypeVar
+
+from imapmig.sources.local import Irregular
 
 _Message = TypeVar("_Message")
 
@@ -17,3 +19,6 @@ def listedMessages(
     fields: tuple[object, ...],
     /,
 ) -> list[_Message]: ...
+def scannedOf(
+    name: str, index: int, irregular: Irregular | None, carry: Callable[[str], str], /
+) -> tuple[str, str, int, str, str | None, Irregular | None] | None: ...

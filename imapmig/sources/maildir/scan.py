@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from itertools import islice
-from typing import Iterator
+from typing import Callable, Iterator
 
 from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir.names import splitName
 from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 
-__all__ = ["FolderFiles", "Scanned", "scanFolder", "scanInTurns"]
+__all__ = ["FolderFiles", "Scanned", "scanFolder", "scanInTurns", "scannedOf", "scannedOfPython"]
 
 # (key, unique part, index into SUBDIRS, file name, flag letters or None,
 # what it is if not a regular file)
@@ -91,34 +91,70 @@ def _scanSubdirectory(
     @param index: the subdirectory's index into L{SUBDIRS}.
     @return: how many entries were read.
     """
-    # Once per file, so inline, splitName's common case (a name with
-    # C{:2,}) too: a regular file costs no call (a call costs about 500
-    # instructions).
+    # Once per file, so inline: a regular file costs one call (scannedOf,
+    # in C where the extension was built).
     read = 0
-    letters: str | None
+    scanned: Scanned | None
     for entry in entries:
         read += 1
-        name = entry.name
-        if name[0] == ".":
-            continue
-        irregular = None
-        if not entry.is_file(follow_symlinks=False):
-            irregular = folder.classify(index, entry)
-            if irregular is None:
-                continue
-        colon = name.find(":")
-        if colon > 0 and name[colon + 1 : colon + 3] == "2,":
-            unique, letters = name[:colon], name[colon + 3 :]
+        if entry.is_file(follow_symlinks=False):
+            scanned = scannedOf(entry.name, index, None, carriedName)
         else:
-            unique, letters = splitName(name)
-        if not unique.isascii() or "%" in unique:
-            unique = carriedName(unique)
-        scanned = (unique, unique, index, name, letters, irregular)
+            scanned = _irregularEntry(folder, index, entry)
+        if scanned is None:
+            continue
+        unique = scanned[0]
         if unique in first:
             duplicates.setdefault(unique, [first[unique]]).append(scanned)
         else:
             first[unique] = scanned
     return read
+
+
+def _irregularEntry(folder: OpenFolder, index: int, entry: os.DirEntry[str]) -> Scanned | None:
+    """
+    What the scan keeps of an entry that is not a regular file (see
+    L{OpenFolder.classify}); L{None} for a dotfile, or an entry gone.
+    """
+    if entry.name.startswith("."):
+        return None
+    irregular = folder.classify(index, entry)
+    if irregular is None:
+        return None
+    return scannedOf(entry.name, index, irregular, carriedName)
+
+
+def scannedOfPython(
+    name: str, index: int, irregular: Irregular | None, carry: Callable[[str], str], /
+) -> Scanned | None:
+    """
+    What the scan keeps of one entry of C{cur/} or C{new/}: its unique part
+    (twice: the key, until duplicates are keyed apart), subdirectory index,
+    name, flag letters (L{splitName}) and what it is if not a regular file;
+    L{None} for a dotfile (not a message).  The reference of the C
+    extension's L{scannedOf}, and its stand-in where it was not built.
+
+    @param carry: L{carriedName}, for a unique part that is not ASCII or
+        holds a C{%}.
+    """
+    if name.startswith("."):
+        return None
+    unique, letters = splitName(name)
+    if not unique.isascii() or "%" in unique:
+        unique = carry(unique)
+    return (unique, unique, index, name, letters, irregular)
+
+
+scannedOf: Callable[[str, int, Irregular | None, Callable[[str], str]], Scanned | None]
+"""
+L{scannedOfPython}, in C where the extension L{imapmig.sources._listing}
+was built (once per file of a Maildir listing).
+"""
+
+try:
+    from imapmig.sources._listing import scannedOf
+except ImportError:
+    scannedOf = scannedOfPython
 
 
 def _keyedApart(duplicates: dict[str, list[Scanned]]) -> list[Scanned]:
