@@ -528,6 +528,28 @@ class MessageListingTests(MaildirTestCase):
             ],
         )
 
+    def test_sortRows(self) -> None:
+        """
+        The rows of a listing are sorted by date, then key: by their dates
+        alone where no two are the same, and as tuples (ties broken by
+        key, whatever order the directory gave) where some are.
+        """
+        from imapmig.sources.maildir import _sortRows
+
+        undated = float("-inf")
+        Row = tuple[float, str, tuple[str, ...], int]
+        distinct: list[Row] = [
+            (3.0, "a", (), 1), (undated, "z", (), 1), (-5.5, "m", (), 1), (1.0, "b", (), 1)
+        ]  # fmt: skip
+        _sortRows(distinct)
+        self.assertEqual([row[1] for row in distinct], ["z", "m", "b", "a"])
+        tied: list[Row] = [
+            (2.0, "c", (), 1), (1.0, "z", (), 1), (2.0, "b", (), 1), (undated, "y", (), 1),
+            (undated, "x", (), 1), (2.0, "a", (), 1),
+        ]  # fmt: skip
+        _sortRows(tied)
+        self.assertEqual([row[1] for row in tied], ["x", "y", "z", "a", "b", "c"])
+
     def test_duplicateUniqueNames(self) -> None:
         """
         Files sharing a unique name are all listed, with distinct keys that

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 import sys
 from functools import partial
+from itertools import islice
+from operator import eq, itemgetter
 from typing import Callable, Generator, Iterator, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -288,7 +290,7 @@ class MaildirSource:
                 part = scanned[start : start + turn]
                 files.add(part)
                 run = _rows(opened, flags, keywords, part)
-                run.sort()
+                _sortRows(run)
                 runs.append(run)
         del scanned
         rows = yield from _merged(runs)
@@ -417,6 +419,23 @@ def _statusOf(irregular: Irregular) -> tuple[int, float] | None:
     """
     status = irregular.status
     return None if status is None else (status.st_size, status.st_mtime)
+
+
+def _sortRows(rows: list[_Row]) -> None:
+    """
+    Sort C{rows} (as L{_merged} describes): by their dates alone where no
+    two are the same, which sorts them as the tuples would be sorted (a
+    sort by floats compares them in C, where tuples compare their first
+    items for equality and then by order as objects: 1,600 instructions a
+    message against 500 with the test for equal dates), else as tuples.
+    """
+    rows.sort(key=_DATE)
+    dates = list(map(_DATE, rows))
+    if any(map(eq, dates, islice(dates, 1, None))):
+        rows.sort()
+
+
+_DATE = itemgetter(0)
 
 
 def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
