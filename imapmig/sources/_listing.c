@@ -83,6 +83,22 @@
 #define INLINE inline
 #endif
 
+/* The first index at or after from where the text holds the ASCII
+ * character c, or length: memchr where the text is a byte a character. */
+static INLINE Py_ssize_t
+findChar(int kind, const void *data, Py_ssize_t from, Py_ssize_t length, char c)
+{
+    if (kind == PyUnicode_1BYTE_KIND) {
+        const char *start = (const char *)data;
+        const char *found = memchr(start + from, c, (size_t)(length - from));
+        return found == NULL ? length : found - start;
+    }
+    while (from < length && PyUnicode_READ(kind, data, from) != (Py_UCS4)c) {
+        from++;
+    }
+    return from;
+}
+
 /* 10000-01-01T00:00:00Z: the first second a datetime cannot hold. */
 #define END_OF_9999 253402300800.0
 
@@ -329,10 +345,7 @@ scannedOf(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     /* splitName: the info starts at the first ":", else at the last "!2,"
      * or ";2,". */
-    Py_ssize_t colon = 0;
-    while (colon < length && PyUnicode_READ(kind, data, colon) != ':') {
-        colon++;
-    }
+    Py_ssize_t colon = findChar(kind, data, 0, length, ':');
     if (colon == length) {
         colon = lastInfo(kind, data, length, '!');
         if (colon < 0) {
@@ -341,11 +354,16 @@ scannedOf(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t end = colon < 0 ? length : colon;
     int carried = 0;
-    for (Py_ssize_t i = 0; i < end; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c >= 128 || c == '%') {
-            carried = 1;
-            break;
+    if (PyUnicode_IS_ASCII(name)) {
+        carried = findChar(kind, data, 0, end, '%') < end;
+    }
+    else {
+        for (Py_ssize_t i = 0; i < end; i++) {
+            Py_UCS4 c = PyUnicode_READ(kind, data, i);
+            if (c >= 128 || c == '%') {
+                carried = 1;
+                break;
+            }
         }
     }
     PyObject *unique = PyUnicode_Substring(name, 0, end);
@@ -425,9 +443,9 @@ headValue(int kind, const void *data, Py_ssize_t end)
 static INLINE PyObject *
 sizeValue(PyObject *unique, int kind, const void *data, Py_ssize_t length)
 {
-    for (Py_ssize_t i = 0; i + 3 < length; i++) {
-        if (PyUnicode_READ(kind, data, i) != ',' || PyUnicode_READ(kind, data, i + 1) != 'S'
-            || PyUnicode_READ(kind, data, i + 2) != '=') {
+    for (Py_ssize_t i = findChar(kind, data, 0, length, ','); i + 3 < length;
+         i = findChar(kind, data, i + 1, length, ',')) {
+        if (PyUnicode_READ(kind, data, i + 1) != 'S' || PyUnicode_READ(kind, data, i + 2) != '=') {
             continue;
         }
         Py_ssize_t end = i + 3;
@@ -462,10 +480,7 @@ sizeValue(PyObject *unique, int kind, const void *data, Py_ssize_t length)
 static INLINE PyObject *
 fieldsOf(PyObject *unique, int kind, const void *data, Py_ssize_t length)
 {
-    Py_ssize_t dot = 0;
-    while (dot < length && PyUnicode_READ(kind, data, dot) != '.') {
-        dot++;
-    }
+    Py_ssize_t dot = findChar(kind, data, 0, length, '.');
     long long when = headValue(kind, data, dot);
     PyObject *date;
     if (when < 0) {
