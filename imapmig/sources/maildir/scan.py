@@ -207,8 +207,16 @@ class FolderFiles:
         The subdirectory and name of the file of C{key}, and what it is if
         not a regular file; L{None} if it was not listed.
         """
-        for index, names in enumerate(self._names):
-            name = names.get(key)
-            if name is not None:
-                return index, name, self._irregular.get(key)
-        return None
+        # Once per message read, so without a loop (cur/ first: most files
+        # are there), and the irregular entries looked up only where the
+        # folder has any.
+        cur, new = self._names
+        index = 0
+        name = cur.get(key)
+        if name is None:
+            name = new.get(key)
+            if name is None:
+                return None
+            index = 1
+        irregular = self._irregular
+        return index, name, (irregular.get(key) if irregular else None)
