@@ -197,10 +197,11 @@ class FolderFiles:
         """
         Where more files are (a listing's next turn).
         """
+        names, irregulars = self._names, self._irregular
         for key, _, index, name, _, irregular in scanned:
-            self._names[index][key] = name
+            names[index][key] = name
             if irregular is not None:
-                self._irregular[key] = irregular
+                irregulars[key] = irregular
 
     def locate(self, key: str) -> Located | None:
         """
