@@ -139,7 +139,14 @@ def scannedOfPython(
     """
     if name.startswith("."):
         return None
-    unique, letters = splitName(name)
+    # Where the extension is not built, once per file: splitName's common
+    # case (a name with C{:2,}) inline.
+    colon = name.find(":")
+    letters: str | None
+    if colon > 0 and name[colon + 1 : colon + 3] == "2,":
+        unique, letters = name[:colon], name[colon + 3 :]
+    else:
+        unique, letters = splitName(name)
     if not unique.isascii() or "%" in unique:
         unique = carry(unique)
     return (unique, unique, index, name, letters, irregular)
