@@ -1,9 +1,11 @@
 """
-The build's one part setup.cfg cannot say: the C extension
+The build's one part setup.cfg cannot say: the C extensions
 imapmig.mail._octets (imapmig/mail/_octets.c, the one pass over a message's
-octets).  It is optional: without a C compiler or Python's headers the
-build goes on without it, and imapmig.mail.octets uses its Python twin
-(docs/install.md says what the compiler buys).
+octets) and imapmig.sources._listing (imapmig/sources/_listing.c, a listed
+file's size and mtime).  They are optional: without a C compiler or
+Python's headers the build goes on without them, and imapmig.mail.octets
+and imapmig.sources.local use their Python twins (docs/install.md says what
+the compiler buys).
 """
 
 from setuptools import Extension, setup
@@ -14,6 +16,11 @@ setup(
             "imapmig.mail._octets",
             sources=["imapmig/mail/_octets.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "imapmig.sources._listing",
+            sources=["imapmig/sources/_listing.c"],
+            optional=True,
+        ),
     ]
 )

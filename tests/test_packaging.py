@@ -215,21 +215,24 @@ class WheelTests(SynchronousTestCase):
             "imapmig/status/static/index.html",
             "twisted/plugins/imapmig_plugin.py",
             "imapmig/mail/_octets.pyi",
+            "imapmig/sources/_listing.pyi",
         ):
             self.assertIn(name, self.names)
 
     def test_octetsExtension(self) -> None:
         """
         Where a C compiler and Python's headers are, the wheel holds the C
-        pass over messages' octets (imapmig/mail/_octets.c built; without
-        them, the build goes on and imapmig uses its Python twin), and not
-        its source.
+        pass over messages' octets and the listing's file status
+        (imapmig/mail/_octets.c and imapmig/sources/_listing.c built;
+        without them, the build goes on and imapmig uses their Python
+        twins), and not their sources.
         """
-        built = [name for name in self.names if name.startswith("imapmig/mail/_octets.")]
         headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-        if shutil.which(os.environ.get("CC", "gcc")) and headers.exists():
-            self.assertEqual(len([name for name in built if name.endswith(".so")]), 1, built)
-        self.assertNotIn("imapmig/mail/_octets.c", built)
+        for module in ("imapmig/mail/_octets", "imapmig/sources/_listing"):
+            built = [name for name in self.names if name.startswith(module + ".")]
+            if shutil.which(os.environ.get("CC", "gcc")) and headers.exists():
+                self.assertEqual(len([name for name in built if name.endswith(".so")]), 1, built)
+            self.assertNotIn(module + ".c", built)
 
     def test_documentation(self) -> None:
         """

@@ -13,7 +13,10 @@ import gc
 import os
 import random
 import stat
-from typing import Iterator
+import subprocess
+import sys
+from datetime import datetime, timezone
+from typing import Callable, Iterator
 
 from twisted.trial.unittest import SynchronousTestCase
 
@@ -430,3 +433,151 @@ class SharedTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(local.settled(lambda a: a + 1, 1)), 2)
         self.failureResultOf(local.settled(refused), SourceError)
         self.assertRaises(ZeroDivisionError, local.settled, broken)
+
+
+class SizeAndMtimeTests(SynchronousTestCase):
+    """
+    L{local.sizeAndMtime}, in C (L{imapmig.sources._listing}) and in Python
+    (L{local.sizeAndMtimePython}, its fallback): a listed file's C{st_size}
+    and C{st_mtime}, exactly as C{os.stat} gives them without following a
+    symbolic link.
+    """
+
+    def functions(self) -> list[Callable[[int, str], tuple[int, float] | None]]:
+        """
+        The Python twin and the C extension's function (the test fails
+        where the extension was not built under C{CI=true}, else it checks
+        the twin alone).
+        """
+        try:
+            from imapmig.sources import _listing
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                raise AssertionError("imapmig.sources._listing is not built")
+            return [local.sizeAndMtimePython]
+        self.assertIs(local.sizeAndMtime, _listing.sizeAndMtime)
+        return [local.sizeAndMtimePython, _listing.sizeAndMtime]
+
+    def test_asStat(self) -> None:
+        """
+        A regular file, one whose name is not UTF-8, a symbolic link (its
+        own size, not its target's), a directory, a FIFO: the size and the
+        mtime (nanoseconds included, and before 1970) C{os.stat} gives;
+        L{None} for a name that is not there.
+        """
+        directory = self.mktemp()
+        os.makedirs(directory)
+        names = ["1700000000.M1P2.host:2,S", "caf\udce9", "link", "sub", "fifo"]
+        with open(os.path.join(directory, names[0]), "wb") as f:
+            f.write(b"x" * 1234)
+        with open(os.fsencode(os.path.join(directory, names[1])), "wb") as f:
+            f.write(b"y" * 7)
+        os.symlink(names[0] + "-and-more", os.path.join(directory, "link"))
+        os.mkdir(os.path.join(directory, "sub"))
+        os.mkfifo(os.path.join(directory, "fifo"))
+        os.utime(os.path.join(directory, names[0]), ns=(0, 1_700_000_000_123_456_789))
+        os.utime(os.fsencode(os.path.join(directory, names[1])), ns=(0, -86_400_987_654_321))
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        for function in self.functions():
+            for name in names:
+                status = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                self.assertEqual(
+                    function(fd, name), (status.st_size, status.st_mtime), (function, name)
+                )
+            self.assertIsNone(function(fd, "gone"))
+            self.assertIsNone(function(fd, "a\0b"))
+
+    def test_maildirWithoutExtension(self) -> None:
+        """
+        The Maildir source's tests pass with the Python twin as with the C
+        function: they are run here again in a process where
+        L{imapmig.sources._listing} cannot be imported.
+        """
+        checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        script = (
+            "import sys\n"
+            "sys.modules['imapmig.sources._listing'] = None\n"
+            "from imapmig.sources import local\n"
+            "assert local.sizeAndMtime is local.sizeAndMtimePython\n"
+            "from twisted.scripts.trial import run\n"
+            "sys.argv = ['trial', 'tests.test_sources_maildir']\n"
+            "run()\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=checkout,
+            env=dict(os.environ, PYTHONPATH=checkout),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        self.assertIn("PASSED", result.stdout)
+
+
+class UtcDatetimeTests(SynchronousTestCase):
+    """
+    L{local.utcDatetime}, in C and in Python (L{local.utcDatetimePython}):
+    C{datetime.fromtimestamp(seconds, timezone.utc)}, its errors included.
+    """
+
+    def functions(self) -> list[Callable[[float], datetime]]:
+        """
+        The Python twin and the C extension's function (see
+        L{SizeAndMtimeTests.functions}).
+        """
+        try:
+            from imapmig.sources import _listing
+        except ImportError:
+            if os.environ.get("CI") == "true":
+                raise AssertionError("imapmig.sources._listing is not built")
+            return [local.utcDatetimePython]
+        self.assertIs(local.utcDatetime, _listing.utcDatetime)
+        return [local.utcDatetimePython, _listing.utcDatetime]
+
+    def assertSame(self, seconds: float) -> None:
+        """
+        Each function gives what C{datetime.fromtimestamp} gives for
+        C{seconds}, or raises the same error.
+        """
+        try:
+            expected: object = datetime.fromtimestamp(seconds, timezone.utc)
+        except (OverflowError, ValueError, OSError) as e:
+            expected = type(e)
+        for function in self.functions():
+            try:
+                got: object = function(seconds)
+            except (OverflowError, ValueError, OSError) as e:
+                got = type(e)
+            self.assertEqual(got, expected, (function, seconds))
+            if isinstance(got, datetime):
+                self.assertIs(got.tzinfo, timezone.utc)
+
+    def test_edges(self) -> None:
+        """
+        Whole seconds from 1970 to the end of 9999 (each month's and leap
+        year's edges), microseconds rounded half to even, a fraction that
+        rounds up to the next second (and out of year 9999), before 1970,
+        and what no datetime holds.
+        """
+        for seconds in (
+            0.0, 1.0, 59.0, 86399.0, 86400.0, 951782400.0, 951868800.0, 1106145284.0,
+            4107542399.0, 4107542400.0, 253402300799.0, 253402300799.9999995,
+            253402300799.9999996, 253402300800.0, 1e15, 1.0000005, 1.0000015,
+            2.5e-7, 0.9999995, 1700000000.123456789, -0.0, -0.4e-6, -1.0,
+            -86400.987654321, -62135596800.0, -1e15, float("inf"), float("-inf"),
+            float("nan"),
+        ):  # fmt: skip
+            self.assertSame(seconds)
+
+    def test_spread(self) -> None:
+        """
+        Every day from 1970 to 9999 (a random second and fraction in it)
+        and random seconds with half-microsecond fractions.
+        """
+        rng = random.Random(31)
+        for day in range(0, 2932897, 31):
+            self.assertSame(day * 86400 + rng.randrange(86400) + rng.random())
+        for _ in range(20000):
+            self.assertSame(rng.randrange(4102444800) + rng.randrange(2000000) / 2e6)

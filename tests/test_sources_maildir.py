@@ -9,14 +9,16 @@ temporary directory.
 from __future__ import annotations
 
 import os
+import random
 import stat
+import sys
 from datetime import datetime, timezone
 from typing import Callable, Sequence
 
 from twisted.internet.interfaces import IDelayedCall
 from twisted.internet.task import Clock, Cooperator
 from twisted.logger import LogLevel, capturedLogs, formatEvent
-from twisted.trial.unittest import SynchronousTestCase
+from twisted.trial.unittest import SkipTest, SynchronousTestCase
 from zope.interface.verify import verifyObject
 
 from imapmig.errors import SourceError
@@ -526,6 +528,28 @@ class MessageListingTests(MaildirTestCase):
             ],
         )
 
+    def test_sortRows(self) -> None:
+        """
+        The rows of a listing are sorted by date, then key: by their dates
+        alone where no two are the same, and as tuples (ties broken by
+        key, whatever order the directory gave) where some are.
+        """
+        from imapmig.sources.maildir import _sortRows
+
+        undated = float("-inf")
+        Row = tuple[float, str, tuple[str, ...], int]
+        distinct: list[Row] = [
+            (3.0, "a", (), 1), (undated, "z", (), 1), (-5.5, "m", (), 1), (1.0, "b", (), 1)
+        ]  # fmt: skip
+        _sortRows(distinct)
+        self.assertEqual([row[1] for row in distinct], ["z", "m", "b", "a"])
+        tied: list[Row] = [
+            (2.0, "c", (), 1), (1.0, "z", (), 1), (2.0, "b", (), 1), (undated, "y", (), 1),
+            (undated, "x", (), 1), (2.0, "a", (), 1),
+        ]  # fmt: skip
+        _sortRows(tied)
+        self.assertEqual([row[1] for row in tied], ["x", "y", "z", "a", "b", "c"])
+
     def test_duplicateUniqueNames(self) -> None:
         """
         Files sharing a unique name are all listed, with distinct keys that
@@ -871,6 +895,7 @@ class OpenFolderTests(SynchronousTestCase):
         once; a file or a subdirectory that is gone gives L{None}; the
         descriptors (and the Maildir's) are closed on leaving.
         """
+        from imapmig.sources.local import sizeAndMtime
         from imapmig.sources.maildir.opened import OpenFolder
 
         folder = self.mktemp()
@@ -879,11 +904,13 @@ class OpenFolderTests(SynchronousTestCase):
             f.write(b"x" * 7)
         before = len(os.listdir("/proc/self/fd"))
         with OpenFolder(folder, "") as opened:
-            status = opened.stat(0, "m1:2,S")
+            cur = opened.descriptors[0]
+            assert cur is not None
+            status = sizeAndMtime(cur, "m1:2,S")
             assert status is not None
-            self.assertEqual(status.st_size, 7)
-            self.assertIsNone(opened.stat(0, "gone"))
-            self.assertIsNone(opened.stat(1, "m2"))
+            self.assertEqual(status[0], 7)
+            self.assertIsNone(sizeAndMtime(cur, "gone"))
+            self.assertIsNone(opened.descriptors[1])
             self.assertEqual(len(os.listdir("/proc/self/fd")), before + 2)
         self.assertEqual(len(os.listdir("/proc/self/fd")), before)
 
@@ -1395,3 +1422,185 @@ class ListingInTurnsTests(MaildirTestCase):
         source = MaildirSource(self.maildir())
         missing = SourceFolder(path=("Gone",), key=".Gone")
         self.failureResultOf(source.listMessagesInTurns(missing, cooperator), SourceError)
+
+
+class NameFieldsTests(SynchronousTestCase):
+    """
+    L{imapmig.sources.maildir.names.nameFields}, in C (the extension
+    L{imapmig.sources._listing}) and in Python (C{nameFieldsPython}): the
+    delivery time and the size a unique name gives, as
+    L{imapmig.sources.maildir.names.leadingTimestamp} and C{sizeField} read
+    them.
+    """
+
+    def functions(self) -> list[Callable[[str], tuple[float | None, int | None]]]:
+        """
+        The Python twin and the C extension's function (the test fails
+        where the extension was not built under C{CI=true}).
+        """
+        from imapmig.sources.maildir import names
+
+        try:
+            from imapmig.sources import _listing
+        except ImportError:
+            # Not built, or kept out on purpose (by
+            # tests.test_sources_local's run without it).
+            if os.environ.get("CI") == "true" and "imapmig.sources._listing" not in sys.modules:
+                raise AssertionError("imapmig.sources._listing is not built")
+            return [names.nameFieldsPython]
+        self.assertIs(names.nameFields, _listing.nameFields)
+        return [names.nameFieldsPython, _listing.nameFields]
+
+    def assertFields(self, unique: str, expected: tuple[float | None, int | None]) -> None:
+        """
+        Each function gives C{expected} for C{unique}, a date as a float.
+        """
+        for function in self.functions():
+            got = function(unique)
+            self.assertEqual(got, expected, (function, unique))
+            if got[0] is not None:
+                self.assertIs(type(got[0]), float)
+
+    def test_examples(self) -> None:
+        """
+        The leading integer up to the first dot is the date (leading zeros
+        allowed, up to 9999-12-31 23:59:59, ASCII digits only); the first
+        C{,S=} followed by digits is the size, however many digits.
+        """
+        for unique, expected in [
+            ("1700000000.M1P2.host", (1700000000.0, None)),
+            ("1700000000.M1P2.host,S=1234", (1700000000.0, 1234)),
+            ("1700000000.M1P2.host,S=1234,W=1300", (1700000000.0, 1234)),
+            ("1700000000", (1700000000.0, None)),
+            ("0.x", (0.0, None)),
+            ("", (None, None)),
+            (".x,S=5", (None, 5)),
+            ("x1700000000.y", (None, None)),
+            ("170000000a.y", (None, None)),
+            ("253402300799.y", (253402300799.0, None)),
+            ("253402300800.y", (None, None)),
+            ("0000000000000001.y", (1.0, None)),
+            ("0253402300799.y", (253402300799.0, None)),
+            ("1253402300799.y", (None, None)),
+            ("99999999999.y", (99999999999.0, None)),
+            ("\u0661\u0662.y,S=\u0663", (None, None)),
+            ("1.y,S=,S=x,S=7", (1.0, 7)),
+            ("1.y,S=", (1.0, None)),
+            ("1.y,s=7", (1.0, None)),
+            ("1.y,S=" + "9" * 40, (1.0, int("9" * 40))),
+            ("1.y,S=123456789012345678", (1.0, 123456789012345678)),
+            ("1.y,S=1234567890123456789", (1.0, 1234567890123456789)),
+            ("1.h\u00e9,S=12", (1.0, 12)),
+            ("1.h\U0001f600,S=12", (1.0, 12)),
+        ]:
+            self.assertFields(unique, expected)
+
+    def test_sameAsPython(self) -> None:
+        """
+        On names made of digits, dots, commas, C{S}, C{=} and other
+        characters, the C function gives what the Python one gives.
+        """
+        from imapmig.sources.maildir.names import nameFieldsPython
+
+        rng = random.Random(31)
+        alphabet = "0123456789" * 3 + "..,,SS==x%\u00e9\u0661"
+        for _ in range(20000):
+            unique = "".join(rng.choice(alphabet) for _ in range(rng.randrange(30)))
+            self.assertFields(unique, nameFieldsPython(unique))
+
+
+class ListedMessagesTests(SynchronousTestCase):
+    """
+    The messages of a listing's sorted rows, in C (the extension's
+    C{listedMessages}) and in Python (C{_listedPython}).
+    """
+
+    def test_sameAsPython(self) -> None:
+        """
+        Rows dated by their names, by mtimes with nanoseconds, before 1970,
+        and undated, give the same L{SourceMessage}s (every field) in C as
+        in Python; they are SourceMessage's four fields.
+        """
+        import attrs
+
+        from imapmig.sources import maildir
+
+        self.assertEqual(
+            [field.name for field in attrs.fields(SourceMessage)],
+            ["key", "flags", "internalDate", "size"],
+        )
+        rows = [
+            (float("-inf"), "undated", (), 0),
+            (-86400.987654321, "old", ("\\Seen",), 7),
+            (0.0, "epoch", ("\\Seen", "$Label1"), 1),
+            (1700000000.0, "named", ("\\Flagged",), 1234),
+            (1700000000.123456789, "mtime", (), 10**12),
+            (253402300799.0, "last", (), 5),
+        ]
+        expected = maildir._listedPython(rows)
+        self.assertEqual(expected[0].internalDate, None)
+        self.assertEqual(
+            expected[3].internalDate, datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)
+        )
+        self.assertEqual(maildir._listed(rows), expected)
+        if os.environ.get("CI") == "true" and "imapmig.sources._listing" not in sys.modules:
+            self.assertIsNotNone(maildir._listedMessages)
+
+    def test_badRows(self) -> None:
+        """
+        The C function refuses rows that are not (float, key, flags, size)
+        and fields that are not data descriptors, rather than make
+        messages of them.
+        """
+        from imapmig.sources import maildir
+
+        if maildir._listedMessages is None:
+            raise SkipTest("imapmig.sources._listing is not built")
+        listed = maildir._listedMessages
+        for rows in ([(1, "k", (), 0)], [(1.0, "k", ())], [None]):
+            self.assertRaises(TypeError, listed, rows, SourceMessage, maildir._FIELDS)
+        self.assertRaises(TypeError, listed, [], SourceMessage, (1, 2, 3, 4))
+        self.assertRaises(TypeError, listed, [], SourceMessage, maildir._FIELDS[:3])
+
+
+class ScannedOfTests(SynchronousTestCase):
+    """
+    C{imapmig.sources.maildir.scan.scannedOf}, in C and in Python
+    (C{scannedOfPython}): what the scan keeps of an entry.
+    """
+
+    def test_sameAsPython(self) -> None:
+        """
+        Names with and without info (C{:2,}, C{!2,}, C{;2,}, a C{:} without
+        C{2,}, several marks), dotfiles, names that are not ASCII, hold a
+        C{%} or undecodable octets give the same in C as in Python, the
+        unique part carried by L{carriedName}.
+        """
+        from imapmig.sources.local import Irregular, carriedName
+        from imapmig.sources.maildir import scan
+
+        if scan.scannedOf is scan.scannedOfPython:
+            if os.environ.get("CI") == "true" and "imapmig.sources._listing" not in sys.modules:
+                raise AssertionError("imapmig.sources._listing is not built")
+            raise SkipTest("imapmig.sources._listing is not built")
+        irregular = Irregular("a FIFO")
+        names = [
+            "1700000000.M1P2.host:2,S", "1700000000.M1P2.host:2,", "1700000000.M1P2.host",
+            "1700000000.M1P2.host:1,x", "a:2,S:2,T", "a!2,S", "a;2,S", "a!2,S!2,T", "a;2,S!2,T",
+            "a!2", "a:", ":2,S", ".hidden", ".", "caf\u00e9:2,S", "caf\udce9:2,S",
+            "100%:2,S", "100%25:2,F", "x:2,caf\u00e9", "\U0001f600!2,R", "a:2",
+        ]  # fmt: skip
+        rng = random.Random(31)
+        alphabet = "ab1.:;!2,S%\u00e9\udce9"
+        names += ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 12))) for _ in range(20000)]
+        for name in names:
+            for index, what in ((0, None), (1, irregular)):
+                self.assertEqual(
+                    scan.scannedOf(name, index, what, carriedName),
+                    scan.scannedOfPython(name, index, what, carriedName),
+                    name,
+                )
+        self.assertEqual(
+            scan.scannedOf("caf\udce9:2,S", 0, None, carriedName),
+            ("caf%E9", "caf%E9", 0, "caf\udce9:2,S", "S", None),
+        )

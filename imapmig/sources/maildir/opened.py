@@ -133,20 +133,6 @@ class OpenFolder:
         """
         return self._shownDirectories[index]
 
-    def stat(self, index: int, name: str) -> os.stat_result | None:
-        """
-        The status of the file C{name} in subdirectory C{index} (not
-        following a symbolic link), or L{None} if it cannot be had (renamed
-        or deleted since the scan).
-        """
-        fd = self.descriptors[index]
-        if fd is None:
-            return None
-        try:
-            return os.stat(name, dir_fd=fd, follow_symlinks=False)
-        except OSError:
-            return None
-
     def classify(self, index: int, entry: os.DirEntry[str]) -> Irregular | None:
         """
         What an entry of subdirectory C{index} that is not a regular file

@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 import sys
 from itertools import islice
-from typing import Iterator
+from typing import Callable, Iterator
 
 from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir.names import splitName
 from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 
-__all__ = ["FolderFiles", "Scanned", "scanFolder", "scanInTurns"]
+__all__ = ["FolderFiles", "Scanned", "scanFolder", "scanInTurns", "scannedOf", "scannedOfPython"]
 
 # (key, unique part, index into SUBDIRS, file name, flag letters or None,
 # what it is if not a regular file)
@@ -91,28 +91,77 @@ def _scanSubdirectory(
     @param index: the subdirectory's index into L{SUBDIRS}.
     @return: how many entries were read.
     """
-    # Once per file, so inline: a regular file costs no call beyond
-    # splitName's.
+    # Once per file, so inline: a regular file costs one call (scannedOf,
+    # in C where the extension was built).
     read = 0
+    scanned: Scanned | None
     for entry in entries:
         read += 1
-        name = entry.name
-        if name.startswith("."):
+        if entry.is_file(follow_symlinks=False):
+            scanned = scannedOf(entry.name, index, None, carriedName)
+        else:
+            scanned = _irregularEntry(folder, index, entry)
+        if scanned is None:
             continue
-        irregular = None
-        if not entry.is_file(follow_symlinks=False):
-            irregular = folder.classify(index, entry)
-            if irregular is None:
-                continue
-        unique, letters = splitName(name)
-        if not unique.isascii() or "%" in unique:
-            unique = carriedName(unique)
-        scanned = (unique, unique, index, name, letters, irregular)
+        unique = scanned[0]
         if unique in first:
             duplicates.setdefault(unique, [first[unique]]).append(scanned)
         else:
             first[unique] = scanned
     return read
+
+
+def _irregularEntry(folder: OpenFolder, index: int, entry: os.DirEntry[str]) -> Scanned | None:
+    """
+    What the scan keeps of an entry that is not a regular file (see
+    L{OpenFolder.classify}); L{None} for a dotfile, or an entry gone.
+    """
+    if entry.name.startswith("."):
+        return None
+    irregular = folder.classify(index, entry)
+    if irregular is None:
+        return None
+    return scannedOf(entry.name, index, irregular, carriedName)
+
+
+def scannedOfPython(
+    name: str, index: int, irregular: Irregular | None, carry: Callable[[str], str], /
+) -> Scanned | None:
+    """
+    What the scan keeps of one entry of C{cur/} or C{new/}: its unique part
+    (twice: the key, until duplicates are keyed apart), subdirectory index,
+    name, flag letters (L{splitName}) and what it is if not a regular file;
+    L{None} for a dotfile (not a message).  The reference of the C
+    extension's L{scannedOf}, and its stand-in where it was not built.
+
+    @param carry: L{carriedName}, for a unique part that is not ASCII or
+        holds a C{%}.
+    """
+    if name.startswith("."):
+        return None
+    # Where the extension is not built, once per file: splitName's common
+    # case (a name with C{:2,}) inline.
+    colon = name.find(":")
+    letters: str | None
+    if colon > 0 and name[colon + 1 : colon + 3] == "2,":
+        unique, letters = name[:colon], name[colon + 3 :]
+    else:
+        unique, letters = splitName(name)
+    if not unique.isascii() or "%" in unique:
+        unique = carry(unique)
+    return (unique, unique, index, name, letters, irregular)
+
+
+scannedOf: Callable[[str, int, Irregular | None, Callable[[str], str]], Scanned | None]
+"""
+L{scannedOfPython}, in C where the extension L{imapmig.sources._listing}
+was built (once per file of a Maildir listing).
+"""
+
+try:
+    from imapmig.sources._listing import scannedOf
+except ImportError:
+    scannedOf = scannedOfPython
 
 
 def _keyedApart(duplicates: dict[str, list[Scanned]]) -> list[Scanned]:
@@ -155,18 +204,27 @@ class FolderFiles:
         """
         Where more files are (a listing's next turn).
         """
+        names, irregulars = self._names, self._irregular
         for key, _, index, name, _, irregular in scanned:
-            self._names[index][key] = name
+            names[index][key] = name
             if irregular is not None:
-                self._irregular[key] = irregular
+                irregulars[key] = irregular
 
     def locate(self, key: str) -> Located | None:
         """
         The subdirectory and name of the file of C{key}, and what it is if
         not a regular file; L{None} if it was not listed.
         """
-        for index, names in enumerate(self._names):
-            name = names.get(key)
-            if name is not None:
-                return index, name, self._irregular.get(key)
-        return None
+        # Once per message read, so without a loop (cur/ first: most files
+        # are there), and the irregular entries looked up only where the
+        # folder has any.
+        cur, new = self._names
+        index = 0
+        name = cur.get(key)
+        if name is None:
+            name = new.get(key)
+            if name is None:
+                return None
+            index = 1
+        irregular = self._irregular
+        return index, name, (irregular.get(key) if irregular else None)
