@@ -362,6 +362,39 @@ class OutcomeJournalContract(_MixinBase):
         self.assertEqual(folderB["2-0"], MessageOutcome("B", "2-0", "B", 0, 8, 20))
         self.assertEqual(folderA["x"], MessageOutcome("A", "x", "A", 1, 7, 2))
 
+    def test_appendedReplacesEverything(self) -> None:
+        """
+        An L{AppendedOutcome} of a message recorded before as failed or
+        found present, with a note and its names, leaves nothing of that
+        record: no failure, no note, not present, no names (the SQLite
+        store binds only an appended message's own columns and clears the
+        others in its upsert).
+        """
+        store = self.makeStore()
+        named = {"messageId": "<a@b>", "date": "Mon, 1 Jan 2024", "sender": "J", "subject": "S"}
+        self.successResultOf(
+            store.recordOutcomes(
+                "job",
+                [
+                    attrs.evolve(failed("INBOX", "1"), note="flag dropped", **named),
+                    attrs.evolve(present("INBOX", "2", uid=3), **named),
+                ],
+            )
+        )
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", "1", "INBOX", 100, 7, 5, 1),
+            ("INBOX", "2", "INBOX", 200, 7, 6, 0),
+        ]
+        self.successResultOf(store.recordOutcomes("job", batch))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {
+                "1": MessageOutcome("INBOX", "1", "INBOX", 100, 7, 5, lineEndingsConverted=True),
+                "2": MessageOutcome("INBOX", "2", "INBOX", 200, 7, 6),
+            },
+        )
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "2"})
+
     def test_batchAllOrNothing(self) -> None:
         """
         A batch that cannot be recorded whole (a UID beyond a 64-bit

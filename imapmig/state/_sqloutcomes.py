@@ -63,25 +63,41 @@ _perRun = itemgetter(0, 2, 4)
 _messageOf = itemgetter(0, 1)
 
 
+_APPENDED_INSERT = (
+    "INSERT INTO messages (job, folder_key, message_key, mailbox, size, uidvalidity, uid,"
+    " converted, updated_at) VALUES {values} ON CONFLICT (job, folder_key, message_key)"
+    " DO UPDATE SET mailbox = excluded.mailbox, size = excluded.size,"
+    " uidvalidity = excluded.uidvalidity, uid = excluded.uid, failure = NULL, note = NULL,"
+    " present = 0, converted = excluded.converted, updated_at = excluded.updated_at,"
+    " message_id = NULL, message_date = NULL, message_from = NULL, message_subject = NULL"
+)
+"""
+The upsert of appended outcomes: only the columns an appended message
+binds (the others take their defaults, NULL and 0, as a new row), so that
+SQLite copies 9 values a row through its multi-row C{VALUES}, not 16 (740
+instructions a row less, callgrind); a message recorded before (failed,
+found present, named) has those columns cleared by the update.
+"""
+
+
 def _upsertAppended(rows: int) -> str:
     """
     The upsert of C{rows} L{AppendedOutcome}s of one folder, mailbox and
-    UIDVALIDITY in one statement: parameter 1 is the job, 2 the time, 3
-    the folder key, 4 the mailbox, 5 the UIDVALIDITY, then each outcome's
-    message key, size, UID and conversion in turn (L{_perRow}), so that
-    what a run shares is bound once, not once per row.  SQLite inserts
-    the rows in order: a later row of the same message wins.
+    UIDVALIDITY in one statement (L{_APPENDED_INSERT}): parameter 1 is the
+    job, 2 the time, 3 the folder key, 4 the mailbox, 5 the UIDVALIDITY,
+    then each outcome's message key, size, UID and conversion in turn
+    (L{_perRow}), so that what a run shares is bound once, not once per
+    row.  SQLite inserts the rows in order: a later row of the same
+    message wins.
     """
     statement = _appendedStatements.get(rows)
     if statement is None:
         values = ", ".join(
             f"(?1, ?3, ?{6 + 4 * row}, ?4, ?{7 + 4 * row}, ?5, ?{8 + 4 * row},"
-            f" NULL, NULL, 0, ?{9 + 4 * row}, ?2, NULL, NULL, NULL, NULL)"
+            f" ?{9 + 4 * row}, ?2)"
             for row in range(rows)
         )
-        statement = _appendedStatements[rows] = _UPSERT_TEMPLATE.replace(
-            "({values})", values
-        )
+        statement = _appendedStatements[rows] = _APPENDED_INSERT.format(values=values)
     return statement
 
 
