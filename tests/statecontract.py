@@ -406,6 +406,9 @@ class OutcomeJournalContract(_MixinBase):
             AppendedRun("B", "B", 8, ["e"], [9], [3], [0]),
             AppendedRun("A", "A", 7, ["d", "e"], [7, 8], [4, 5], [0, 1]),
             ("A", "a", "Other", 4, 6, 1, 0),
+            AppendedRun("C", "C", 7, ["x"], [1], [1], [0]),
+            AppendedRun("C", "Elsewhere", 9, ["y"], [2], [2], [0]),
+            AppendedRun("C", "C", 7, ["y"], [3], [3], [0]),
         ]
         self.successResultOf(store.recordOutcomes("job", batch))
         self.assertEqual(
@@ -418,6 +421,10 @@ class OutcomeJournalContract(_MixinBase):
             },
         )
         self.assertEqual(self.successResultOf(store.appendedKeys("job", "B")), {"a", "b", "e"})
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "C"))["y"],
+            MessageOutcome("C", "y", "C", 3, 7, 3),
+        )
 
     def test_appendedReplacesEverything(self) -> None:
         """
