@@ -45,6 +45,7 @@ from imapmig.state import (
     TIMELINE_FIRST,
     TIMELINE_LATEST,
     AppendedOutcome,
+    AppendedRun,
     FolderFallback,
     FolderKeys,
     FolderMark,
@@ -56,6 +57,7 @@ from imapmig.state import (
     MessageNames,
     MessageOutcome,
     Transition,
+    withNames,
 )
 from imapmig.state.memory import MemoryStateStore
 from imapmig.state.postgresql import PostgreSQLStateStore
@@ -361,6 +363,101 @@ class OutcomeJournalContract(_MixinBase):
         self.assertEqual(folderA["3-39"], MessageOutcome("A", "3-39", "A", 39, 7, 69))
         self.assertEqual(folderB["2-0"], MessageOutcome("B", "2-0", "B", 0, 8, 20))
         self.assertEqual(folderA["x"], MessageOutcome("A", "x", "A", 1, 7, 2))
+
+    def test_appendedRuns(self) -> None:
+        """
+        L{AppendedRun}s (a tagged reply's outcomes as columns, the hot
+        path's form) are recorded as the L{AppendedOutcome}s they stand
+        for: runs of two folders alternating in a batch (two connections'
+        replies) are recorded whole, each message with its own size, UID
+        and conversion; a run the server gave no UIDs records none.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome | AppendedRun] = []
+        for turn in range(3):
+            keys = [f"{turn}-{n}" for n in range(70)]
+            uids = [100 * turn + n for n in range(70)]
+            batch.append(AppendedRun("A", "A", 7, keys, range(70), uids, [n % 2 for n in range(70)]))
+            batch.append(AppendedRun("B", "B", None, keys[:30], range(1, 31), None, [0] * 30))
+        self.successResultOf(store.recordOutcomes("job", batch))
+        folderA = self.successResultOf(store.destinationMap("job", "A"))
+        folderB = self.successResultOf(store.destinationMap("job", "B"))
+        self.assertEqual((len(folderA), len(folderB)), (210, 90))
+        self.assertEqual(
+            folderA["2-69"], MessageOutcome("A", "2-69", "A", 69, 7, 269, lineEndingsConverted=True)
+        )
+        self.assertEqual(folderA["1-0"], MessageOutcome("A", "1-0", "A", 0, 7, 100))
+        self.assertEqual(folderB["1-29"], MessageOutcome("B", "1-29", "B", 30))
+        recorded = self.successResultOf(store.recordedUIDs("job", "A", 7, 0))
+        self.assertEqual(recorded, {100 * turn + n for turn in range(3) for n in range(70)})
+
+    def test_appendedRunsInOrder(self) -> None:
+        """
+        Of a message in two L{AppendedRun}s of a batch, or in a run and a
+        L{MessageOutcome}, the later outcome is recorded, whichever the
+        runs' folders, mailboxes and UIDVALIDITYs.
+        """
+        store = self.makeStore()
+        batch: list[MessageOutcome | AppendedOutcome | AppendedRun] = [
+            AppendedRun("A", "A", 7, ["a", "b", "c"], [1, 2, 3], [1, 2, 3], [0, 0, 0]),
+            AppendedRun("B", "B", 8, ["a", "b"], [1, 2], [1, 2], [0, 0]),
+            AppendedRun("A", "Elsewhere", 9, ["b", "d"], [5, 6], [10, 11], [1, 0]),
+            failed("A", "c"),
+            AppendedRun("B", "B", 8, ["e"], [9], [3], [0]),
+            AppendedRun("A", "A", 7, ["d", "e"], [7, 8], [4, 5], [0, 1]),
+            ("A", "a", "Other", 4, 6, 1, 0),
+            AppendedRun("C", "C", 7, ["x"], [1], [1], [0]),
+            AppendedRun("C", "Elsewhere", 9, ["y"], [2], [2], [0]),
+            AppendedRun("C", "C", 7, ["y"], [3], [3], [0]),
+        ]
+        self.successResultOf(store.recordOutcomes("job", batch))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "A")),
+            {
+                "a": MessageOutcome("A", "a", "Other", 4, 6, 1),
+                "b": MessageOutcome("A", "b", "Elsewhere", 5, 9, 10, lineEndingsConverted=True),
+                "d": MessageOutcome("A", "d", "A", 7, 7, 4),
+                "e": MessageOutcome("A", "e", "A", 8, 7, 5, lineEndingsConverted=True),
+            },
+        )
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "B")), {"a", "b", "e"})
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "C"))["y"],
+            MessageOutcome("C", "y", "C", 3, 7, 3),
+        )
+
+    def test_appendedReplacesEverything(self) -> None:
+        """
+        An L{AppendedOutcome} of a message recorded before as failed or
+        found present, with a note and its names, leaves nothing of that
+        record: no failure, no note, not present, no names (the SQLite
+        store binds only an appended message's own columns and clears the
+        others in its upsert).
+        """
+        store = self.makeStore()
+        names = MessageNames("<a@b>", "Mon, 1 Jan 2024", "J", "S")
+        self.successResultOf(
+            store.recordOutcomes(
+                "job",
+                [
+                    withNames(attrs.evolve(failed("INBOX", "1"), note="flag dropped"), names),
+                    withNames(present("INBOX", "2", uid=3), names),
+                ],
+            )
+        )
+        batch: list[MessageOutcome | AppendedOutcome] = [
+            ("INBOX", "1", "INBOX", 100, 7, 5, 1),
+            ("INBOX", "2", "INBOX", 200, 7, 6, 0),
+        ]
+        self.successResultOf(store.recordOutcomes("job", batch))
+        self.assertEqual(
+            self.successResultOf(store.destinationMap("job", "INBOX")),
+            {
+                "1": MessageOutcome("INBOX", "1", "INBOX", 100, 7, 5, lineEndingsConverted=True),
+                "2": MessageOutcome("INBOX", "2", "INBOX", 200, 7, 6),
+            },
+        )
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "2"})
 
     def test_batchAllOrNothing(self) -> None:
         """

@@ -35,11 +35,13 @@ from imapmig.progress import JobState, MigrationProgress
 from imapmig.sources import IMessageSource
 from imapmig.state import (
     AppendedOutcome,
+    AppendedRun,
     FolderFallback,
     IStateStore,
     JournalMessage,
     MessageOutcome,
     asMessageOutcome,
+    flatOutcomes,
 )
 from imapmig.state.memory import MemoryStateStore
 from imapmig.testing.fakeserver import DEFAULT_CAPABILITIES, FakeIMAPServer
@@ -160,11 +162,11 @@ class RecordingStateStore(MemoryStateStore):
     def recordOutcomes(
         self,
         job: str,
-        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        outcomes: Sequence[MessageOutcome | AppendedOutcome | AppendedRun],
         settled: Sequence[int] = (),
     ) -> Deferred[None]:
         "See L{IStateStore.recordOutcomes}; the batch is remembered, as L{MessageOutcome}s."
-        self.batches.append([asMessageOutcome(outcome) for outcome in outcomes])
+        self.batches.append([asMessageOutcome(outcome) for outcome in flatOutcomes(outcomes)])
         if self.failWith is not None:
             return fail(self.failWith)
         return super().recordOutcomes(job, outcomes, settled)

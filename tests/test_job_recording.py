@@ -23,7 +23,7 @@ from imapmig.job.recording import (
 )
 from imapmig.mail.message import SourceMessage
 from imapmig.progress import JobProgress
-from imapmig.state import MessageOutcome
+from imapmig.state import MessageOutcome, flatOutcomes
 from imapmig.state.memory import MemoryStateStore
 
 JOB = "job"
@@ -197,7 +197,7 @@ class PipelineOutcomesTests(SynchronousTestCase):
         record = self.store.recordOutcomes
 
         def counting(job, outcomes, settled=()):  # type: ignore[no-untyped-def]
-            written.append(len(outcomes))
+            written.append(len(flatOutcomes(outcomes)))
             return record(job, outcomes, settled)
 
         self.store.recordOutcomes = counting  # type: ignore[method-assign]

@@ -23,7 +23,6 @@ nothing more is recorded).
 
 from __future__ import annotations
 
-from itertools import repeat
 from typing import Callable, Sequence
 
 from twisted.internet.defer import Deferred, fail, succeed
@@ -36,7 +35,7 @@ from imapmig.imap.outgoing import OutgoingMessage
 from imapmig.mail.message import SourceMessage, StreamedBody
 from imapmig.mail.messagenames import namesOfBody
 from imapmig.progress import JobProgress
-from imapmig.state import AppendedOutcome, FolderKeys, IStateStore, MessageOutcome, withNames
+from imapmig.state import AppendedRun, FolderKeys, IStateStore, MessageOutcome, withNames
 from imapmig.state.outage import OutageLog
 
 log = Logger()
@@ -79,7 +78,7 @@ class SentMessage(OutgoingMessage):
     @ivar source: the source's description of it (also its C{origin}).
     @ivar note: what was not carried over exactly, if anything.
     @ivar converted: C{1} if its line endings were converted to CRLF, else
-        C{0} (as an L{AppendedOutcome} records it).
+        C{0} (as an L{AppendedRun} records it).
     """
 
     __slots__ = ("target", "source", "note", "converted")
@@ -162,7 +161,9 @@ class OutcomeRecorder:
         )
         self._recordEvery = recordEvery
         self._recordInterval = recordInterval
-        self._buffer: list[MessageOutcome | AppendedOutcome] = []
+        self._buffer: list[MessageOutcome | AppendedRun] = []
+        # How many outcomes _buffer holds (an AppendedRun holds several).
+        self._buffered = 0
         self._settled: list[int] = []
         self._timer: IDelayedCall | None = None
         self._writing: Deferred[None] | None = None
@@ -196,6 +197,7 @@ class OutcomeRecorder:
                 self._timer.cancel()
             self._timer = None
         self._buffer = []
+        self._buffered = 0
         self._settled = []
 
     def _fenced(self, failure: Failure) -> Failure:
@@ -300,7 +302,7 @@ class OutcomeRecorder:
 
     def addAppended(
         self,
-        outcomes: Sequence[AppendedOutcome],
+        outcomes: AppendedRun,
         ticket: JournalTicket | None,
         octets: int,
         converted: int,
@@ -310,7 +312,7 @@ class OutcomeRecorder:
         Note the outcomes of messages appended with nothing to note, in
         order, all of one journal entry (so of one folder and mailbox): as
         L{add} does for each, in one call for the lot (a tagged reply's
-        worth, on the hot path).
+        worth, on the hot path), kept as the one L{AppendedRun} they are.
 
         @param ticket: their journal entry, if they were sent.
         @param octets: the sum of their sizes as sent.
@@ -319,7 +321,7 @@ class OutcomeRecorder:
         @param sourceOctets: the sum of their sizes in the source, if not
             C{octets}.
         """
-        count = len(outcomes)
+        count = len(outcomes.keys)
         if not count:
             return
         progress = self._progress
@@ -329,12 +331,11 @@ class OutcomeRecorder:
         progress.bytesSent += octets
         progress.bytesDone += listed
         progress.lineEndingsConverted += converted
-        first = outcomes[0]
-        folder = progress.folders.get(first[0])
+        folder = progress.folders.get(outcomes.folderKey)
         if folder is not None:
-            folder.appended(count, listed, first[2])
+            folder.appended(count, listed, outcomes.mailbox)
         self.appended += count
-        self._buffer.extend(outcomes)
+        self._buffer.append(outcomes)
         self._added(count, ticket)
 
     def _added(self, count: int, ticket: JournalTicket | None) -> None:
@@ -347,7 +348,8 @@ class OutcomeRecorder:
             ticket.remaining = remaining - count
             if remaining > 0 >= ticket.remaining:
                 self._settled.append(ticket.entryId)
-        if len(self._buffer) >= self._recordEvery:
+        self._buffered += count
+        if self._buffered >= self._recordEvery:
             self.flush()
         elif self._timer is None:
             self._timer = self._clock.callLater(self._recordInterval, self.flush)
@@ -368,6 +370,7 @@ class OutcomeRecorder:
         if not self._buffer and not self._settled:
             return self._writing if self._writing is not None else succeed(None)
         batch, self._buffer = self._buffer, []
+        outcomes, self._buffered = self._buffered, 0
         settled, self._settled = self._settled, []
         d = self._store.recordOutcomes(self._jobName, batch, settled=settled)
 
@@ -377,7 +380,7 @@ class OutcomeRecorder:
                 return
             self._outage.failed(
                 str(failure.value),
-                f"{len(batch)} outcomes not recorded",
+                f"{outcomes} outcomes not recorded",
                 refused=failure.check(DatabaseRefused, PermanentError) is not None,
             )
             if self.error is None:
@@ -430,16 +433,21 @@ class PipelineOutcomes:
         sent: Sequence[SentMessage] = messages  # type: ignore[assignment]
         target = sent[0].target
         if not [m for m in sent if m.target is not target or m.note is not None]:
-            folderKey, mailbox = target.folderKey, target.mailbox
-            rows = [
-                (folderKey, m.source.key, mailbox, len(m.body), uidValidity, uid, m.converted)
-                for m, uid in zip(sent, repeat(None) if uids is None else uids)
-            ]
+            sizes = [len(m.body) for m in sent]
+            converted = [m.converted for m in sent]
             self.recorder.addAppended(
-                rows,
+                AppendedRun(
+                    target.folderKey,
+                    target.mailbox,
+                    uidValidity,
+                    [m.source.key for m in sent],
+                    sizes,
+                    uids,
+                    converted,
+                ),
                 target.ticket,
-                sum([row[3] for row in rows]),
-                sum([row[6] for row in rows]),
+                sum(sizes),
+                sum(converted),
                 sum([m.source.size for m in sent]),
             )
             return
@@ -457,16 +465,23 @@ class PipelineOutcomes:
         before a message with a note), so that outcomes keep their order.
         """
         recorder = self.recorder
-        rows: list[AppendedOutcome] = []
-        octets = converted = listed = 0
+        keys: list[str] = []
+        sizes: list[int] = []
+        runUIDs: list[int] = []
+        flags: list[int] = []
+        listed = 0
         target: Target | None = None
 
         def handOver() -> None:
-            nonlocal rows, octets, converted, listed
-            if rows:
+            nonlocal keys, sizes, runUIDs, flags, listed
+            if keys:
                 assert target is not None
-                recorder.addAppended(rows, target.ticket, octets, converted, listed)
-                rows, octets, converted, listed = [], 0, 0, 0
+                run = AppendedRun(
+                    target.folderKey, target.mailbox, uidValidity,
+                    keys, sizes, None if uids is None else runUIDs, flags,
+                )  # fmt: skip
+                recorder.addAppended(run, target.ticket, sum(sizes), sum(flags), listed)
+                keys, sizes, runUIDs, flags, listed = [], [], [], [], 0
 
         for index, message in enumerate(messages):
             sent: SentMessage = message  # type: ignore[assignment]
@@ -495,10 +510,12 @@ class PipelineOutcomes:
                 )
                 continue
             source = sent.source
-            rows.append((folderKey, source.key, mailbox, size, uidValidity, uid, sent.converted))
-            octets += size
+            keys.append(source.key)
+            sizes.append(size)
+            if uid is not None:
+                runUIDs.append(uid)
+            flags.append(sent.converted)
             listed += source.size
-            converted += sent.converted
         handOver()
 
     def messageRefused(self, message: OutgoingMessage, reason: str) -> None:

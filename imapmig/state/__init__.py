@@ -41,6 +41,7 @@ from imapmig.state.outcomes import (
     MESSAGE_ID_LENGTH,
     NAME_LENGTH,
     AppendedOutcome,
+    AppendedRun,
     FolderKeys,
     IOutcomeJournal,
     JournalEntry,
@@ -48,6 +49,7 @@ from imapmig.state.outcomes import (
     MessageNames,
     MessageOutcome,
     asMessageOutcome,
+    flatOutcomes,
     withNames,
 )
 from imapmig.state.reports import (
@@ -62,6 +64,7 @@ from imapmig.state.reports import (
 
 __all__ = [
     "AppendedOutcome",
+    "AppendedRun",
     "CANCELLED",
     "FAILURES_COUNT_LIMIT",
     "FAILURES_SEARCH_ROWS",
@@ -91,6 +94,7 @@ __all__ = [
     "TIMELINE_LATEST",
     "Transition",
     "asMessageOutcome",
+    "flatOutcomes",
     "transitionRecorder",
     "withNames",
 ]

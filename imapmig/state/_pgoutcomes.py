@@ -23,9 +23,11 @@ from imapmig.state._pgwrites import JOURNAL, NAMES, OUTCOMES
 from imapmig.state._sqloutcomes import JournalRow, OutcomeJournal
 from imapmig.state.outcomes import (
     AppendedOutcome,
+    AppendedRun,
     IOutcomeJournal,
     MessageNames,
     MessageOutcome,
+    flatOutcomes,
 )
 
 Row = tuple[Any, ...]
@@ -41,7 +43,7 @@ class PostgreSQLOutcomeJournal(OutcomeJournal, PostgreSQLWriter):
     def recordOutcomes(
         self,
         job: str,
-        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        outcomes: Sequence[MessageOutcome | AppendedOutcome | AppendedRun],
         settled: Sequence[int] = (),
     ) -> Deferred[None]:
         """
@@ -51,7 +53,7 @@ class PostgreSQLOutcomeJournal(OutcomeJournal, PostgreSQLWriter):
         """
         if not outcomes and not settled:
             return self._ifOpen(None)
-        rows = _rows(job, self._seconds(), outcomes)
+        rows = _rows(job, self._seconds(), flatOutcomes(outcomes))
         return self._enqueue(OUTCOMES, job, rows, max(len(rows), 1), list(settled))
 
     def _journalEntry(self, job: str, row: JournalRow) -> Deferred[int]:

@@ -11,7 +11,8 @@ store in one 25-method interface.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence, overload
+from itertools import repeat
+from typing import Any, Iterable, NamedTuple, Sequence, overload
 
 from attrs import evolve, frozen
 from twisted.internet.defer import Deferred
@@ -133,6 +134,75 @@ a tuple is made and read in a fraction of the time of an attrs instance.
 """
 
 
+class AppendedRun:
+    """
+    The outcomes of messages appended with nothing to note, all of one
+    folder, mailbox and UIDVALIDITY (a tagged reply's worth, as the hot
+    path records them), as columns: the same as one L{AppendedOutcome} per
+    message, in order, with nothing made per message (the SQLite store
+    binds the columns as they are, L{imapmig.state._sqloutcomes}).
+
+    @ivar keys: the messages' keys.
+    @ivar sizes: their sizes as sent, in the same order.
+    @ivar uids: their UIDs, or L{None} if the server gave none.
+    @ivar converted: for each, C{1} if its line endings were converted,
+        else C{0}.
+    """
+
+    __slots__ = ("folderKey", "mailbox", "uidValidity", "keys", "sizes", "uids", "converted")
+
+    def __init__(
+        self,
+        folderKey: str,
+        mailbox: str,
+        uidValidity: int | None,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        uids: Sequence[int] | None,
+        converted: Sequence[int],
+    ) -> None:
+        self.folderKey = folderKey
+        self.mailbox = mailbox
+        self.uidValidity = uidValidity
+        self.keys = keys
+        self.sizes = sizes
+        self.uids = uids
+        self.converted = converted
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __repr__(self) -> str:
+        return f"<AppendedRun {self.outcomes()!r}>"
+
+    def outcomes(self) -> list[AppendedOutcome]:
+        """
+        The same, one L{AppendedOutcome} per message.
+        """
+        uids: Iterable[int | None] = repeat(None) if self.uids is None else self.uids
+        folderKey, mailbox, uidValidity = self.folderKey, self.mailbox, self.uidValidity
+        return [
+            (folderKey, key, mailbox, size, uidValidity, uid, converted)
+            for key, size, uid, converted in zip(self.keys, self.sizes, uids, self.converted)
+        ]
+
+
+def flatOutcomes(
+    outcomes: Sequence[MessageOutcome | AppendedOutcome | AppendedRun],
+) -> list[MessageOutcome | AppendedOutcome]:
+    """
+    C{outcomes} with each L{AppendedRun} as its L{AppendedOutcome}s, in
+    order.
+    """
+    flat: list[MessageOutcome | AppendedOutcome] = []
+    for outcome in outcomes:
+        if isinstance(outcome, AppendedRun):
+            flat.extend(outcome.outcomes())
+        else:
+            flat.append(outcome)
+    return flat
+
+
 def asMessageOutcome(outcome: MessageOutcome | AppendedOutcome) -> MessageOutcome:
     """
     The L{MessageOutcome} of C{outcome}, which may be an L{AppendedOutcome}.
@@ -244,7 +314,7 @@ class IOutcomeJournal(Interface):
 
     def recordOutcomes(
         job: str,
-        outcomes: Sequence[MessageOutcome | AppendedOutcome],
+        outcomes: Sequence[MessageOutcome | AppendedOutcome | AppendedRun],
         settled: Sequence[int] = (),
     ) -> "Deferred[None]":
         """
@@ -255,7 +325,8 @@ class IOutcomeJournal(Interface):
         as in the store.
 
         @param outcomes: each a L{MessageOutcome}, or an L{AppendedOutcome}
-            (the same, for a message appended with nothing to note).
+            (the same, for a message appended with nothing to note), or an
+            L{AppendedRun} (a run of those).
 
         @param settled: the L{entryId<JournalEntry.entryId>}s of C{job}'s
             journal entries whose every message has an outcome (in
