@@ -15,11 +15,13 @@ setup(
         Extension(
             "imapmig.mail._octets",
             sources=["imapmig/mail/_octets.c"],
+            depends=["imapmig/_fsname.h"],
             optional=True,
         ),
         Extension(
             "imapmig.sources._listing",
             sources=["imapmig/sources/_listing.c"],
+            depends=["imapmig/_fsname.h"],
             optional=True,
         ),
     ]

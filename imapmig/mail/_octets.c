@@ -46,6 +46,7 @@
 #include <unistd.h>
 #include <limits.h>
 #include <datetime.h>
+#include "../_fsname.h"
 
 /* OCTETS_PORTABLE: octet by octet only, as on a processor other than
  * x86-64 (tests.test_mail_octets builds it so to test that path). */
@@ -609,23 +610,13 @@ readOne(int dirFd, PyObject *name, Py_ssize_t size, Py_ssize_t largest, int flag
     if (!PyUnicode_Check(name)) {
         Py_RETURN_NONE;
     }
-    PyObject *encoded = NULL;
+    PyObject *encoded;
     const char *path;
-    Py_ssize_t length;
-    if (PyUnicode_IS_COMPACT_ASCII(name)) {
-        path = (const char *)PyUnicode_DATA(name);
-        length = PyUnicode_GET_LENGTH(name);
+    int named = fsName(name, &encoded, &path);
+    if (named < 0) {
+        return NULL;
     }
-    else {
-        /* As os.open encodes it (surrogateescape for undecodable names). */
-        encoded = PyUnicode_EncodeFSDefault(name);
-        if (encoded == NULL) {
-            return NULL;
-        }
-        path = PyBytes_AS_STRING(encoded);
-        length = PyBytes_GET_SIZE(encoded);
-    }
-    if ((Py_ssize_t)strlen(path) != length || (size_t)size >= (size_t)PY_SSIZE_T_MAX) {
+    if (named == 0 || (size_t)size >= (size_t)PY_SSIZE_T_MAX) {
         Py_XDECREF(encoded);
         Py_RETURN_NONE;
     }

@@ -76,6 +76,7 @@
 #include <sys/stat.h>
 #include <math.h>
 #include <datetime.h>
+#include "../_fsname.h"
 
 #if defined(__GNUC__)
 #define INLINE inline __attribute__((always_inline))
@@ -130,26 +131,13 @@ sizeAndMtime(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "sizeAndMtime: name must be str");
         return NULL;
     }
-    PyObject *encoded = NULL;
+    PyObject *encoded;
     const char *path;
-    Py_ssize_t length;
-    if (PyUnicode_IS_COMPACT_ASCII(name)) {
-        /* The common case: an ASCII name is its own encoding, stored with a
-         * terminating NUL. */
-        path = (const char *)PyUnicode_DATA(name);
-        length = PyUnicode_GET_LENGTH(name);
+    int named = fsName(name, &encoded, &path);
+    if (named < 0) {
+        return NULL;
     }
-    else {
-        /* As os.stat encodes it: the file system encoding, with
-         * surrogateescape for the octets that did not decode. */
-        encoded = PyUnicode_EncodeFSDefault(name);
-        if (encoded == NULL) {
-            return NULL;
-        }
-        path = PyBytes_AS_STRING(encoded);
-        length = PyBytes_GET_SIZE(encoded);
-    }
-    if ((Py_ssize_t)strlen(path) != length) {
+    if (named == 0) {
         /* An embedded NUL: no such file can be listed. */
         Py_XDECREF(encoded);
         Py_RETURN_NONE;
