@@ -144,7 +144,14 @@ sizeAndMtime(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
          * surrogateescape for the octets that did not decode. */
         encoded = PyUnicode_EncodeFSDefault(name);
         if (encoded == NULL) {
-            return NULL;
+            /* A name the file system encoding cannot take (a lone
+             * surrogate surrogateescape does not map): as the Python
+             * twin, which gets a ValueError from os.stat, no status. */
+            if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
+                return NULL;
+            }
+            PyErr_Clear();
+            Py_RETURN_NONE;
         }
         path = PyBytes_AS_STRING(encoded);
         length = PyBytes_GET_SIZE(encoded);
