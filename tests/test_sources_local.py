@@ -487,6 +487,8 @@ class SizeAndMtimeTests(SynchronousTestCase):
                 )
             self.assertIsNone(function(fd, "gone"))
             self.assertIsNone(function(fd, "a\0b"))
+            # A lone surrogate the file system encoding cannot take.
+            self.assertIsNone(function(fd, "\ud800"))
 
     def test_maildirWithoutExtension(self) -> None:
         """

@@ -750,6 +750,20 @@ class ReadBodiesTests(MaildirTestCase):
         self.assertEqual(bodies[:5], [crlfAndFactsPython(body)[0] for body in stored])
         self.assertIsInstance(bodies[5], UnreadableMessage)
 
+    def test_sizeFieldBeyondAnyFile(self) -> None:
+        """
+        A file whose name's C{,S=} field is too large for any file (20
+        digits or more) is still read, from its status, and the others of
+        its batch with it.
+        """
+        root = self.maildir()
+        deliver(root, "cur", "1700000000.a.host,S=" + "9" * 20 + ":2,S", b"a\n")
+        deliver(root, "cur", "1700000001.b.host:2,S", b"b\n")
+        source = MaildirSource(root)
+        messages = self.messages(source)
+        self.assertEqual(messages[0].size, int("9" * 20))
+        self.assertEqual(self.bodies(source, messages), [b"a\r\n", b"b\r\n"])
+
     def test_nothing(self) -> None:
         """
         Reading no message gives no body.

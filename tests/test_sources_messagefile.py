@@ -348,6 +348,22 @@ class ReadListedFilesTests(SynchronousTestCase):
             ),
         )
 
+    def test_sizeBeyondAnyFile(self) -> None:
+        """
+        A message listed at a size no C integer holds (a Maildir name's
+        C{,S=} field of 20 digits or more, or below -2**63) is not read, as
+        one listed above L{LARGE_MESSAGE}: L{NOT_READ}, not an
+        L{OverflowError} that would fail the whole batch; the others are.
+        """
+        self.file("huge", b"h\n")
+        self.file("negative", b"n\n")
+        self.file("ok", b"ok\n")
+        sizes = {"huge": 10**40, "ok": 3, "negative": -(2**70)}
+        self.assertEqual(
+            self.readBoth(sizes),
+            ([NOT_READ, b"ok\r\n", NOT_READ], bytes((UNKNOWN, BARE_LF, UNKNOWN)), 2),
+        )
+
     def test_appended(self) -> None:
         """
         The bodies are appended to those already there, and their facts

@@ -684,7 +684,14 @@ readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize
     Py_ssize_t size = PyLong_AsSsize_t(sizeObject);
     Py_DECREF(sizeObject);
     if (size == -1 && PyErr_Occurred()) {
-        return NULL;
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return NULL;
+        }
+        /* A size no Py_ssize_t holds (a Maildir name's ",S=" of 20 digits
+         * or more): beyond largest, not read here, as the Python twin's
+         * 0 <= size <= largest leaves it. */
+        PyErr_Clear();
+        Py_RETURN_NONE;
     }
     if (size < 0 || size > largest) {
         Py_RETURN_NONE;

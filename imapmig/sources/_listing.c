@@ -135,7 +135,14 @@ sizeAndMtime(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const char *path;
     int named = fsName(name, &encoded, &path);
     if (named < 0) {
-        return NULL;
+        /* A name the file system encoding cannot take (a lone surrogate
+         * surrogateescape does not map): as the Python twin, which gets a
+         * ValueError from os.stat, no status. */
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
+            return NULL;
+        }
+        PyErr_Clear();
+        Py_RETURN_NONE;
     }
     if (named == 0) {
         /* An embedded NUL: no such file can be listed. */
