@@ -1129,7 +1129,8 @@ class ServerToServerPartTests(SynchronousTestCase):
         calls: list[tuple[str, str, int]] = []
 
         class Bench:
-            args = attrs.make_class("Args", {"runs": attrs.field(default=1)})()
+            args = attrs.make_class("Args", {"runs": attrs.field(default=1),
+                                             "empty_runs": attrs.field(default=2)})()  # fmt: skip
             workDir = "/nonexistent"
 
             def corpus(self, name: str, messages: int) -> BuiltCorpus:
@@ -1147,7 +1148,7 @@ class ServerToServerPartTests(SynchronousTestCase):
         [job] = makePlan(parseArguments(["--parts", "s2s", "--clients", "imapmig-s2s"]))
         bench.s2s.runServerToServer(Bench(), job)  # type: ignore[arg-type]
         self.assertEqual(calls, [("dsync", "full", -1), ("imapmig-s2s", "full", 0),
-                                 ("imapmig-s2s", "empty", 0)])  # fmt: skip
+                                 ("imapmig-s2s", "empty", 0), ("imapmig-s2s", "empty", 0)])  # fmt: skip
 
 
 class TLSPartTests(SynchronousTestCase):
