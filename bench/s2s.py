@@ -55,8 +55,8 @@ def tmpfsServer(bench: Bench, name: str, accounts: int, part: str = "s2s") -> tu
 def runServerToServer(bench: Bench, job: Job) -> None:
     """
     Run the clients of C{job} (part C{s2s}) C{--runs} times, interleaved,
-    each once on the corpus and then --empty-runs times on an empty source account, and
-    record every run.
+    each once on the corpus and then C{--empty-runs} times on an empty
+    source account, and record every run.
     """
     from bench.run import LOOPBACK, runKinds
 
