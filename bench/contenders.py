@@ -128,6 +128,8 @@ class Contender:
     @ivar build: makes its command line.
     @ivar applies: whether it can run against a server variant.
     @ivar note: a footnote for the table, or C{""}.
+    @ivar python: a Python program run from this checkout (its bytecode
+        cached between runs: L{bench.run.Bench.warmUp}).
     """
 
     name: str
@@ -137,6 +139,7 @@ class Contender:
     build: Callable[[Invocation], list[str]]
     applies: Callable[[ServerVariant], bool] = lambda server: True
     note: str = ""
+    python: bool = False
 
     def argv(self, invocation: Invocation) -> list[str]:
         """
@@ -416,6 +419,7 @@ CONTENDERS: dict[str, Contender] = {
             slow=True,
             raw=False,
             build=lambda i: _python("bench.clients.imaplib_loop", i),
+            python=True,
         ),
         Contender(
             "imaplib-nodelay",
@@ -423,6 +427,7 @@ CONTENDERS: dict[str, Contender] = {
             slow=True,
             raw=False,
             build=lambda i: _python("bench.clients.imaplib_loop", i, "--nodelay"),
+            python=True,
         ),
         Contender(
             "twisted",
@@ -430,17 +435,19 @@ CONTENDERS: dict[str, Contender] = {
             slow=True,
             raw=False,
             build=lambda i: _python("bench.clients.twisted_stock", i),
+            python=True,
         ),
         Contender("mbsync", "mbsync", slow=False, raw=False, build=_mbsync),
         Contender("imapmig-1", "imapmig, 1 connection", slow=False, raw=False,
-                  build=_imapmig(connections=1)),  # fmt: skip
-        Contender("imapmig", "imapmig, defaults", slow=False, raw=False, build=_imapmig()),
+                  build=_imapmig(connections=1), python=True),  # fmt: skip
+        Contender("imapmig", "imapmig, defaults", slow=False, raw=False, build=_imapmig(),
+                  python=True),  # fmt: skip
         Contender("imapmig-4", "imapmig, 4 connections", slow=False, raw=False,
-                  build=_imapmig(connections=4)),  # fmt: skip
+                  build=_imapmig(connections=4), python=True),  # fmt: skip
         Contender("imapmig-compress-off", "imapmig, compress off", slow=False, raw=False,
-                  build=_imapmig(compress="off")),  # fmt: skip
+                  build=_imapmig(compress="off"), python=True),  # fmt: skip
         Contender("imapmig-compress-on", "imapmig, compress on", slow=False, raw=False,
-                  build=_imapmig(compress="on")),  # fmt: skip
+                  build=_imapmig(compress="on"), python=True),  # fmt: skip
         Contender(
             "raw",
             "raw 1/APPEND",
@@ -476,11 +483,11 @@ CONTENDERS: dict[str, Contender] = {
             note="into INBOX only",
         ),
         Contender("imapmig-s2s", "imapmig, IMAP to IMAP", slow=False, raw=False,
-                  build=_imapmigServerToServer),  # fmt: skip
+                  build=_imapmigServerToServer, python=True),  # fmt: skip
         Contender("dsync", "doveadm backup -R imapc:", slow=False, raw=False, build=_dsync,
                   note="Dovecot's own migration; writes the store directly"),  # fmt: skip
         Contender("raw-s2s", "raw fetch, then MULTIAPPEND 50", slow=False, raw=True,
-                  build=_rawServerToServer,
+                  build=_rawServerToServer, python=True,
                   note="one connection each side; a folder fetched whole, then appended"),  # fmt: skip
     )
 }

@@ -315,3 +315,52 @@ def drawChart(rows: Sequence[Figure], path: str, order: Sequence[str]) -> bool:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return True
+
+
+def spreadTable(results: Iterable[RunResult]) -> str:
+    """
+    How far the runs behind each figure of L{figures} lie apart: for each
+    client and setting, its start-up (the empty runs: median, least and
+    most, how many), its net rate's least and most among the full runs
+    (each full run net of the median start-up) beside the median, and the
+    client's own CPU (user and system, from C{wait4}) a full run takes net
+    of an empty run's, both medians.  A figure whose start-up spreads as
+    widely as its net time is a figure of the machine's load more than of
+    the client.
+
+    @param results: every run.
+    @return: a Markdown table, or C{""} without a full run.
+    """
+    groups: dict[tuple[Setting, str], list[RunResult]] = {}
+    for result in results:
+        if result.ok:
+            groups.setdefault((result.setting, result.client), []).append(result)
+    lines = []
+    for (setting, client), runs in groups.items():
+        full = [r for r in runs if r.kind == "full"]
+        empty = [r for r in runs if r.kind == "empty"]
+        if not full:
+            continue
+        startups = [r.seconds for r in empty] or [0.0]
+        startup = statistics.median(startups)
+        rates = sorted(full[0].messages / max(r.seconds - startup, 1e-3) for r in full)
+        fullCpu = statistics.median(r.userSeconds + r.systemSeconds for r in full)
+        emptyCpu = (
+            statistics.median(r.userSeconds + r.systemSeconds for r in empty) if empty else 0.0
+        )
+        lines.append(
+            f"| {CONTENDERS[client].label} | {setting.link()}, {setting.corpus}, {setting.store}"
+            f" | {startup:.3f} ({min(startups):.3f}-{max(startups):.3f}, {len(empty)})"
+            f" | {shortNumber(statistics.median(rates))} ({shortNumber(rates[0])}-"
+            f"{shortNumber(rates[-1])}, {len(full)})"
+            f" | {fullCpu - emptyCpu:.3f} ({fullCpu:.3f} - {emptyCpu:.3f}) |"
+        )
+    if not lines:
+        return ""
+    header = [
+        "| client | setting | start-up, s: median (least-most, empty runs) "
+        "| messages/s net: median (least-most, full runs) "
+        "| client CPU, s: full net of empty (full - empty, medians) |",
+        "|---|---|---|---|---|",
+    ]
+    return "\n".join(header + lines) + "\n"

@@ -28,8 +28,13 @@ How a figure is measured: each client runs as a whole process (reading the
 Maildir included) into a fresh, never-used Dovecot account; the account's
 message count is checked afterwards (STATUS MESSAGES of every mailbox).  Its
 time is taken net of its start-up: the median of its runs on an empty
-Maildir, measured the same way.  A figure is the median of C{--runs} runs;
-the peak RSS (C{ru_maxrss} from C{os.wait4}) is the largest of them.  The
+Maildir, measured the same way, C{--empty-runs} of them right after each
+full run.  A figure is the median of C{--runs} runs; the peak RSS
+(C{ru_maxrss} from C{os.wait4}) is the largest of them; results.md shows
+how far the runs lie apart (L{bench.report.spreadTable}).  The Python
+clients keep their bytecode between runs, as an installed daemon does
+(C{PYTHONPYCACHEPREFIX=WORKDIR/pycache}), each run once unmeasured first
+to fill it (L{Bench.warmUp}).  The
 raw writer puts everything into INBOX; the other clients recreate the
 folders, which costs a little.  The ceiling of a setting is its fastest raw
 writer variant.
@@ -195,6 +200,13 @@ Options:
                     bench/work, reused between runs)
   --timeout S       seconds a single run may take before it is killed
                     (default 900)
+  --empty-runs N    runs on an empty Maildir after each full run, whose
+                    median (over the repetitions) is the start-up taken off
+                    (default 3)
+  --no-bytecode-cache
+                    the Python clients compile their modules from source in
+                    every run when the environment says so
+                    (PYTHONDONTWRITEBYTECODE=1), as before 2026-12-07
 
 Requires: root for the namespaces, Dovecot (dovecot-imapd), mbsync (isync),
 gcc, iproute2; matplotlib for the chart (the table is written without it).
@@ -243,7 +255,15 @@ from bench.contenders import (
 )
 from bench.corpora import BuiltCorpus, buildCorpus, emptyCorpus, memoryCorpus, subsetCorpus
 from bench.fleet import FLEET_ROWS, FleetSizes
-from bench.report import Figure, RunResult, Setting, drawChart, figures, markdownTable
+from bench.report import (
+    Figure,
+    RunResult,
+    Setting,
+    drawChart,
+    figures,
+    markdownTable,
+    spreadTable,
+)
 from bench.scale import (
     ScaleRun,
     ScaleSizes,
@@ -354,6 +374,44 @@ class Bench:
         for directory in (self.workDir, self.resultsDir, self.rawDir, self.runsDir):
             os.makedirs(directory, exist_ok=True)
         self.rawBinary, self.timer = buildTools(self.workDir)
+        global _bytecodeCache
+        _bytecodeCache = None if self.args.no_bytecode_cache else os.path.join(self.workDir, "pycache")
+
+    def warmUp(self, clients: Sequence[str]) -> None:
+        """
+        Run each Python client of C{clients} once, unmeasured, on the empty
+        Maildir into a Dovecot of its own, so that it fills the bytecode
+        cache (L{_environment}) and no measured run compiles; the others
+        (C programs, mbsync, dsync) need none.  The server-to-server
+        clients, which need a source account, are not run: imapmig's warm-up
+        compiles nearly all that imapmig's IMAP source runs.
+        """
+        python = [name for name in dict.fromkeys(clients)
+                  if CONTENDERS[name].python and name not in S2S_CLIENTS]  # fmt: skip
+        if _bytecodeCache is None or not python:
+            return
+        # What the runs import beyond a plain run's: the TLS stack (part
+        # tls) and the raw server-to-server client (parts s2s, tls).
+        subprocess.run([sys.executable, "-c", _WARM_IMPORTS], cwd=REPOSITORY, env=_environment(),
+                       capture_output=True, timeout=300)  # fmt: skip
+        base = tempfile.mkdtemp(prefix="dovecot-warm-up-", dir=self.workDir)
+        server = BenchServer(
+            base, accounts=len(python), fsync=False,
+            mailRoot=tempfile.mkdtemp(prefix="imapmig-warm-up-", dir="/dev/shm"),
+            capabilities=None, compress=False, namespace=None, address="127.0.0.1",
+            inNamespace=None,
+        )  # fmt: skip
+        setting = Setting("warm-up", "tmpfs", 0.0, None, "empty", "default")
+        server.start()
+        try:
+            empty = emptyCorpus(self.workDir)
+            for name in python:
+                result = self.runOnce(LOOPBACK, server, setting, CONTENDERS[name], "empty", empty, -1)
+                if not result.ok:
+                    print(f"  warm-up of {name} failed: {result.problem}", flush=True)
+        finally:
+            server.stop()
+            shutil.rmtree(base, ignore_errors=True)
 
     def corpus(self, profile: str, count: int) -> BuiltCorpus:
         """
@@ -436,7 +494,7 @@ class Bench:
         Start one Dovecot and run the jobs that share it.
         """
         runs = self.args.runs
-        accounts = sum(len(job.clients) for job in jobs) * runs * 2 + 5
+        accounts = sum(len(job.clients) for job in jobs) * runs * (1 + self.args.empty_runs) + 5
         base = tempfile.mkdtemp(prefix=f"dovecot-{store}-{server}-", dir=self.workDir)
         mailRoot = None
         if store == "tmpfs":
@@ -474,7 +532,7 @@ class Bench:
         try:
             for job in jobs:
                 setting = job.setting
-                accounts = len(job.clients) * runs * 2 + 5
+                accounts = len(job.clients) * runs * (1 + self.args.empty_runs) + 5
                 base = tempfile.mkdtemp(
                     prefix=f"dovecot-{setting.store}-{setting.server}-", dir=self.workDir
                 )
@@ -516,7 +574,7 @@ class Bench:
     ) -> None:
         """
         Run every client of a job C{--runs} times, interleaved, each once on
-        the corpus and once on an empty Maildir.
+        the corpus and then C{--empty-runs} times on an empty Maildir.
 
         @param only: run that repetition only, not C{--runs} of them.
         @param clients: run these of the job's clients only.
@@ -536,7 +594,7 @@ class Bench:
                 if contender.slow and setting.rttMs > 0:
                     count = min(count, self.args.cap_slow)
                 corpus = self.corpus(setting.corpus, count)
-                for kind, maildir in (("full", corpus), ("empty", empty)):
+                for kind, maildir in runKinds(corpus, empty, self.args.empty_runs):
                     result = self.runOnce(network, server, setting, contender, kind, maildir,
                                           repetition)  # fmt: skip
                     self.record(result)
@@ -661,13 +719,43 @@ class Bench:
             json.dump(scaleJSON(run), f, indent=1)
 
 
+_WARM_IMPORTS = """
+import importlib
+for name in ("twisted.internet.ssl", "service_identity", "imapmig.imap.tls",
+             "bench.clients.s2s_raw"):
+    try:
+        importlib.import_module(name)
+    except Exception:
+        pass
+"""
+"""
+What L{Bench.warmUp} imports besides running the clients, to compile it.
+"""
+
+_bytecodeCache: str | None = None
+"""
+Where the Python clients keep their bytecode (C{PYTHONPYCACHEPREFIX}), set
+by L{Bench.prepare}; L{None}: as the environment says (this development
+environment's C{PYTHONDONTWRITEBYTECODE=1} compiles every module of the
+checkout from source in every run).
+"""
+
+
 def _environment() -> dict[str, str]:
     """
     The clients' environment: this checkout first on the module path, so
-    imapmig and the clients run from the working tree.
+    imapmig and the clients run from the working tree; and, unless
+    C{--no-bytecode-cache}, their bytecode kept in L{_bytecodeCache}, as an
+    installed daemon has it (pip compiles the C{.pyc} files at install):
+    without it every run of imapmig compiled its 160 modules from source,
+    0.25 s of CPU in the run, on an empty Maildir as on the corpus.
     """
     path = os.environ.get("PYTHONPATH")
-    return dict(os.environ, PYTHONPATH=REPOSITORY + (os.pathsep + path if path else ""))
+    env = dict(os.environ, PYTHONPATH=REPOSITORY + (os.pathsep + path if path else ""))
+    if _bytecodeCache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = _bytecodeCache
+    return env
 
 
 @frozen
@@ -715,6 +803,29 @@ def _timedProcess(
         systemSeconds=float(measured["system"]),
     )
     return float(measured["seconds"]), int(measured["status"]), usage
+
+
+def runKinds(
+    corpus: BuiltCorpus, empty: BuiltCorpus, emptyRuns: int
+) -> list[tuple[str, BuiltCorpus]]:
+    """
+    What one repetition of a client runs, in order: the corpus once, then
+    the empty Maildir C{emptyRuns} times (its start-up, subtracted from
+    the repetitions' full runs as their median: L{bench.report.figures}).
+    """
+    return [("full", corpus)] + [("empty", empty)] * emptyRuns
+
+
+def warmUpClients(plan: Sequence[Job], scale: bool) -> list[str]:
+    """
+    The clients L{Bench.warmUp} runs before C{plan}: its clients, and
+    imapmig for a plan with server-to-server rows (which share most of its
+    modules) or with the scale part.
+    """
+    clients = [name for job in plan for name in job.clients]
+    if scale or any(job.setting.part in ("s2s", "tls") for job in plan):
+        clients.append("imapmig")
+    return list(dict.fromkeys(clients))
 
 
 def _split(value: str) -> list[str]:
@@ -780,6 +891,8 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--results", default=None)
     parser.add_argument("--workdir", default=os.path.join(BENCH_DIR, "work"))
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--empty-runs", type=int, default=3)
+    parser.add_argument("--no-bytecode-cache", action="store_true")
     args = parser.parse_args(argv)
     if args.results is None:
         # A smoke run does not replace the real table.
@@ -835,6 +948,8 @@ def parseArguments(argv: Sequence[str] | None) -> argparse.Namespace:
         problems.append(f"--rtt takes numbers of milliseconds, not {args.rtt!r}")
     if args.runs < 1:
         problems.append("--runs must be at least 1")
+    if args.empty_runs < 1:
+        problems.append("--empty-runs must be at least 1")
     if problems:
         parser.error("; ".join(problems))
     return args
@@ -1335,6 +1450,18 @@ def writeResults(bench: Bench, command: str, elapsed: float) -> str:
             "",
             tlsTable(rows),
         ]
+    spread = spreadTable(bench.results)
+    if spread:
+        parts += [
+            "## How far the runs lie apart",
+            "",
+            f"Each repetition runs a client once on the corpus, then {bench.args.empty_runs} "
+            "time(s) on an empty Maildir; every full run is taken net of the median of all "
+            "of the client's empty runs in the setting, and the figure above is the median "
+            "of those net rates.",
+            "",
+            spread,
+        ]
     targets = _targets(rows)
     if targets:
         parts += ["## The targets of issues 3, 16 and 17", "", *targets, ""]
@@ -1499,8 +1626,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         bench.corpus(job.setting.corpus, job.messages)
         if any(CONTENDERS[c].slow for c in job.clients) and job.setting.rttMs > 0:
             bench.corpus(job.setting.corpus, min(job.messages, args.cap_slow))
-    execute(bench, plan)
     sizes = scaleSizes(args)
+    bench.warmUp(warmUpClients(plan, sizes is not None))
+    execute(bench, plan)
     if sizes is not None:
         with bench.parts.timed("scale"):
             runScale(bench, sizes)

@@ -55,17 +55,19 @@ def tmpfsServer(bench: Bench, name: str, accounts: int, part: str = "s2s") -> tu
 def runServerToServer(bench: Bench, job: Job) -> None:
     """
     Run the clients of C{job} (part C{s2s}) C{--runs} times, interleaved,
-    each once on the corpus and once on an empty source account, and
-    record every run.
+    each once on the corpus and then C{--empty-runs} times on an empty
+    source account, and record every run.
     """
-    from bench.run import LOOPBACK
+    from bench.run import LOOPBACK, runKinds
 
     setting = job.setting
     runs = bench.args.runs
     corpus = bench.corpus(setting.corpus, job.messages)
     empty = emptyCorpus(bench.workDir)
     source, sourceBase = tmpfsServer(bench, "source", 3)
-    destination, destinationBase = tmpfsServer(bench, "destination", len(job.clients) * runs * 2 + 3)
+    destination, destinationBase = tmpfsServer(
+        bench, "destination", len(job.clients) * runs * (1 + bench.args.empty_runs) + 3
+    )
     print(f"== s2s: loopback, tmpfs, {setting.corpus} corpus ({corpus.messages} messages), "
           "IMAP source into IMAP destination", flush=True)  # fmt: skip
     try:
@@ -89,7 +91,7 @@ def runServerToServer(bench: Bench, job: Job) -> None:
         for repetition in range(runs):
             for name in job.clients:
                 contender = CONTENDERS[name]
-                for kind, built in (("full", corpus), ("empty", empty)):
+                for kind, built in runKinds(corpus, empty, bench.args.empty_runs):
                     result = bench.runOnce(LOOPBACK, destination, setting, contender, kind,
                                            built, repetition, source=accounts[kind])  # fmt: skip
                     bench.record(result)

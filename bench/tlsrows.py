@@ -47,16 +47,16 @@ def runTLS(bench: Bench, jobs: Sequence[Job]) -> None:
     """
     Run the jobs of part C{tls} (one per mode of C{--tls}) C{--runs} times,
     interleaved by repetition, mode and client, each client once on the
-    corpus and once on nothing (an empty Maildir or source account), and
-    record every run.
+    corpus and then C{--empty-runs} times on nothing (an empty Maildir or
+    source account), and record every run.
     """
-    from bench.run import LOOPBACK
+    from bench.run import LOOPBACK, runKinds
 
     runs = bench.args.runs
     empty = emptyCorpus(bench.workDir)
     setting = jobs[0].setting
     corpus = bench.corpus(setting.corpus, jobs[0].messages)
-    accounts = sum(len(job.clients) for job in jobs) * runs * 2 + 5
+    accounts = sum(len(job.clients) for job in jobs) * runs * (1 + bench.args.empty_runs) + 5
     source, sourceBase = tmpfsServer(bench, "source", 3, part="tls")
     destination, destinationBase = tmpfsServer(bench, "destination", accounts, part="tls")
     print(f"== tls: loopback, tmpfs, {setting.corpus} corpus ({corpus.messages} messages), "
@@ -78,7 +78,7 @@ def runTLS(bench: Bench, jobs: Sequence[Job]) -> None:
         for repetition in range(runs):
             for job in jobs:
                 for name in job.clients:
-                    for kind, built in (("full", corpus), ("empty", empty)):
+                    for kind, built in runKinds(corpus, empty, bench.args.empty_runs):
                         sourceAccount = None
                         if name in _SERVER_TO_SERVER:
                             user = full if kind == "full" else nothing

@@ -58,10 +58,11 @@ from bench.fleet import (
     writeUserList,
 )
 from bench.contenders import CONTENDERS, Invocation, SourceAccount, buildTools
-from bench.report import Figure, RunResult, Setting, figures, markdownTable
+from bench.report import Figure, RunResult, Setting, figures, markdownTable, spreadTable
 from imapmig.queue._pgfleetview import COUNTS, DAEMONS, HOLDERS
 from imapmig.queue._pgstatements import CLAIM, HEARTBEAT
-from bench.run import fleetSizes, makePlan, parseArguments, scaleSizes
+import bench.run
+from bench.run import fleetSizes, makePlan, parseArguments, runKinds, scaleSizes, warmUpClients
 from bench.scale import (
     ScaleRun,
     ScaleSizes,
@@ -143,6 +144,68 @@ class FigureTests(SynchronousTestCase):
         [figure] = figures(results)
         self.assertEqual((figure.runs, figure.failed, figure.messagesPerSecond), (0, 1, 0.0))
         self.assertIn("mbsync", markdownTable([figure]))
+
+
+class SpreadTests(SynchronousTestCase):
+    """
+    bench.report.spreadTable and how the runs of a repetition are laid out
+    (bench.run.runKinds, warmUpClients, the clients' environment).
+    """
+
+    def test_spread(self) -> None:
+        """
+        Each client's start-up median with its least and most over its
+        empty runs, its net rate's median, least and most, and its CPU net
+        of an empty run's; failed runs left out.
+        """
+        results = [
+            run("imapmig", "full", 1.6), run("imapmig", "empty", 0.5), run("imapmig", "empty", 0.6),
+            run("imapmig", "full", 2.6, 1), run("imapmig", "empty", 0.7, 1),
+            run("imapmig", "empty", 9.0, 1, ok=False), run("imapmig", "full", 1.1, 2),
+        ]  # fmt: skip
+        results[0] = attrs.evolve(results[0], userSeconds=0.5)
+        table = spreadTable(results)
+        self.assertIn("| imapmig, defaults | loopback, realistic, tmpfs | 0.600 (0.500-0.700, 3)"
+                      " | 1,000 (500-2,000, 3) | 0.000 (0.200 - 0.200) |", table)  # fmt: skip
+        self.assertEqual(spreadTable([run("imapmig", "empty", 0.5)]), "")
+
+    def test_runKinds(self) -> None:
+        """
+        A repetition runs the corpus once, then the empty Maildir
+        C{--empty-runs} times (3 unless told).
+        """
+        full = BuiltCorpus("/full", 10, 100, "realistic")
+        empty = BuiltCorpus("/empty", 0, 0, "empty")
+        self.assertEqual(runKinds(full, empty, 2), [("full", full), ("empty", empty), ("empty", empty)])
+        self.assertEqual(parseArguments([]).empty_runs, 3)
+
+    def test_warmUpClients(self) -> None:
+        """
+        The clients warmed up are the plan's, and imapmig where the plan
+        has server-to-server rows or the scale part runs.
+        """
+        plan = makePlan(parseArguments(["--parts", "main", "--clients", "imapmig-1,raw",
+                                        "--rtt", "0", "--corpus", "realistic"]))  # fmt: skip
+        self.assertEqual(warmUpClients(plan, False), ["imapmig-1", "raw"])
+        self.assertEqual(warmUpClients(plan, True), ["imapmig-1", "raw", "imapmig"])
+        self.assertTrue(CONTENDERS["imapmig"].python)
+        self.assertFalse(CONTENDERS["raw-multi50-2"].python)
+
+    def test_bytecodeCache(self) -> None:
+        """
+        With a bytecode cache the clients write and read their bytecode
+        there, whatever PYTHONDONTWRITEBYTECODE says; without one, the
+        environment is left as it is.
+        """
+        self.patch(os, "environ", {"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/bin"})
+        self.patch(bench.run, "_bytecodeCache", "/work/pycache")
+        env = bench.run._environment()
+        self.assertNotIn("PYTHONDONTWRITEBYTECODE", env)
+        self.assertEqual(env["PYTHONPYCACHEPREFIX"], "/work/pycache")
+        self.patch(bench.run, "_bytecodeCache", None)
+        env = bench.run._environment()
+        self.assertEqual(env["PYTHONDONTWRITEBYTECODE"], "1")
+        self.assertNotIn("PYTHONPYCACHEPREFIX", env)
 
 
 class CapabilityTests(SynchronousTestCase):
@@ -1066,7 +1129,8 @@ class ServerToServerPartTests(SynchronousTestCase):
         calls: list[tuple[str, str, int]] = []
 
         class Bench:
-            args = attrs.make_class("Args", {"runs": attrs.field(default=1)})()
+            args = attrs.make_class("Args", {"runs": attrs.field(default=1),
+                                             "empty_runs": attrs.field(default=2)})()  # fmt: skip
             workDir = "/nonexistent"
 
             def corpus(self, name: str, messages: int) -> BuiltCorpus:
@@ -1084,7 +1148,7 @@ class ServerToServerPartTests(SynchronousTestCase):
         [job] = makePlan(parseArguments(["--parts", "s2s", "--clients", "imapmig-s2s"]))
         bench.s2s.runServerToServer(Bench(), job)  # type: ignore[arg-type]
         self.assertEqual(calls, [("dsync", "full", -1), ("imapmig-s2s", "full", 0),
-                                 ("imapmig-s2s", "empty", 0)])  # fmt: skip
+                                 ("imapmig-s2s", "empty", 0), ("imapmig-s2s", "empty", 0)])  # fmt: skip
 
 
 class TLSPartTests(SynchronousTestCase):
