@@ -357,7 +357,8 @@ def portableConverter(testCase: SynchronousTestCase) -> Converter:
     command = [
         *compiler.split(), "-shared", "-fPIC", "-O2", "-DOCTETS_PORTABLE",
         f"-I{sysconfig.get_paths()['include']}",
-        os.path.join(CHECKOUT, "imapmig", "mail", "_octets.c"), "-o", built,
+        os.path.join(CHECKOUT, "imapmig", "mail", "_octets.c"),
+        os.path.join(CHECKOUT, "imapmig", "mail", "_crlf.c"), "-o", built,
     ]  # fmt: skip
     try:
         subprocess.run(command, check=True, capture_output=True, timeout=120)
