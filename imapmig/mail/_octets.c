@@ -18,23 +18,7 @@
  * piece) comes back as bit flags.  tests.test_mail_octets runs both on the
  * same bodies.
  *
- * A first pass, read-only, finds the facts and counts the LFs that need a
- * CR; a body that needs none (already CRLF throughout, or no LF at all) is
- * returned as the same object, uncopied.  Otherwise a second pass copies it
- * into a bytes object of the final size, adding the CRs.  With AVX2 the
- * first pass stops at the first LF that needs a CR, and from there one pass
- * finds the facts and converts (convertFused), into room guessed and
- * trimmed at the end: an octet is looked at once.  On x86-64 the
- * passes take 32 octets a step where the processor has AVX2 (checked when
- * the module is imported), else 16 (SSE2, which every x86-64 has); the NUL
- * and 8-bit octets are or'ed into two vectors looked at once at the end,
- * and only a step holding a CR or an LF is looked at further.  Elsewhere,
- * and for the last octets of a body, one octet a step.
- *
- * The first version (fe1a9e9) took 16 octets a step everywhere, looked at
- * every step holding an LF, an 8-bit octet or a NUL, and counted LFs with
- * libgcc's __popcountdi2: about 3.9 instructions an octet, more than the
- * passes it replaced (bench/results/cpu.md, "Fourth round").
+ * The pass itself, and its SIMD steps, are in _crlf.c (convertOctets).
  */
 
 #define PY_SSIZE_T_CLEAN
