@@ -1,8 +1,8 @@
 """
 The build's one part setup.cfg cannot say: the C extensions
-imapmig.mail._octets (imapmig/mail/_octets.c, the one pass over a message's
-octets) and imapmig.sources._listing (imapmig/sources/_listing.c, a listed
-file's size and mtime).  They are optional: without a C compiler or
+imapmig.mail._octets (imapmig/mail/_octets.c and _crlf.c, the one pass
+over a message's octets) and imapmig.sources._listing
+(imapmig/sources/_listing.c, a listed file's size and mtime).  They are optional: without a C compiler or
 Python's headers the build goes on without them, and imapmig.mail.octets
 and imapmig.sources.local use their Python twins (docs/install.md says what
 the compiler buys).
@@ -14,8 +14,8 @@ setup(
     ext_modules=[
         Extension(
             "imapmig.mail._octets",
-            sources=["imapmig/mail/_octets.c"],
-            depends=["imapmig/_fsname.h"],
+            sources=["imapmig/mail/_octets.c", "imapmig/mail/_crlf.c"],
+            depends=["imapmig/_fsname.h", "imapmig/mail/_crlf.h"],
             optional=True,
         ),
         Extension(

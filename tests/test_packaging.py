@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 import zipfile
 from importlib import metadata
@@ -262,6 +263,42 @@ class WheelTests(SynchronousTestCase):
                 "share/man/man8/imapmig-daemon.8",
             },
         )
+
+
+class SourceDistributionTests(SynchronousTestCase):
+    """
+    The source distribution holds what the C extensions are built from.
+    """
+
+    def test_extensionSources(self) -> None:
+        """
+        Every source and header setup.py names for an extension (their
+        sources and depends) is in the sdist MANIFEST.in makes: a wheel
+        built from it builds the extensions.
+        """
+        named = re.findall(r'"(imapmig/[\w/]+\.[ch])"', (CHECKOUT / "setup.py").read_text())
+        self.assertIn("imapmig/mail/_crlf.c", named)
+        self.assertIn("imapmig/mail/_crlf.h", named)
+        out = _scratch()
+        source = out / "source"
+        source.mkdir()
+        for name in ("setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
+            shutil.copy(CHECKOUT / name, source / name)
+        for name in ("imapmig", "twisted", "config", "systemd", "docs", "man"):
+            shutil.copytree(
+                CHECKOUT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so")
+            )
+        subprocess.run(
+            [sys.executable, "setup.py", "-q", "sdist", "-d", str(out)],
+            cwd=source,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        (sdist,) = out.glob("imapmig-*.tar.gz")
+        with tarfile.open(sdist) as archive:
+            members = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+        self.assertEqual([name for name in named if name not in members], [])
 
 
 class MetadataTests(SynchronousTestCase):

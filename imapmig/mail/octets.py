@@ -84,9 +84,10 @@ def crlfAndFactsPython(data: bytes, afterCR: bool = False, last: bool = True) ->
     L{crlfAndFacts} is where the C extension was not built: a body with no
     CR at all (the common case) costs what the passes it replaces cost
     (two C{memchr}, C{isascii} and C{replace}'s two).  The C extension's
-    gives the same results in one pass, and a second that copies the
-    octets into a C{bytes} of the final size when an LF needs a CR
-    (C{tests.test_mail_octets} runs both on the same bodies).
+    gives the same results in one pass over most bodies (one read-only
+    pass over those that need no CR added, and two over those with CRs
+    that also need some; C{imapmig/mail/_crlf.c}); C{tests.test_mail_octets}
+    runs both on the same bodies.
 
     @param data: the octets as stored.
     @param afterCR: the octet before C{data} was a CR.
