@@ -8,6 +8,7 @@ L{Clock}; no socket, no reactor, no sleep.
 from __future__ import annotations
 
 import base64
+import os
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
@@ -453,6 +454,21 @@ class JobHarness:
             self.test.assertTrue(server.transport.disconnected)  # type: ignore[union-attr]
 
 
+def _descriptorsUnder(directory: str) -> list[str]:
+    """
+    What this process has open under C{directory}.
+    """
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except FileNotFoundError:
+            continue
+        if target == directory or target.startswith(directory + "/"):
+            found.append(target)
+    return found
+
+
 def body(n: int, size: int = 0) -> bytes:
     """
     A small message, padded to at least C{size} octets.
@@ -793,6 +809,46 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual((progress.messagesDone, progress.messagesFailed), (6, 0))
         self.assertEqual(progress.reconnects, 2)
         self.assertEqual(self.successResultOf(h.store.journal(JOB)), [])
+        h.finish()
+
+    def test_maildirFoldersClosed(self) -> None:
+        """
+        The folders a Maildir source holds open between read steps are
+        closed when an attempt ends (here by its connection dropped after
+        its first append), and no descriptor of the Maildir is left open
+        at the end.
+        """
+        from imapmig.sources.maildir import MaildirSource
+        from imapmig.sources.maildir.opened import HeldFolders
+
+        root = os.path.abspath(self.mktemp())
+        for subdir in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(root, subdir))
+        for n in range(6):
+            with open(os.path.join(root, "cur", f"170000000{n}.m{n}.host:2,S"), "wb") as f:
+                f.write(body(n))
+        held = HeldFolders(4)
+        h = JobHarness(self, dropAfterAppends=1)
+        source = h.source = MaildirSource(root, held)  # type: ignore[assignment]
+        closing: list[int] = []
+        close = source.close
+
+        def closeCounting() -> None:
+            closing.append(len(held))
+            close()
+
+        self.patch(source, "close", closeCounting)
+        # A window of two: the first attempt has read a few steps, not the
+        # last, when its connection drops.
+        settings = JobSettings(connections=1, batchMessages=1, windowMessages=2)
+
+        self.assertTrue(h.run(h.job(settings, identity="off")))
+
+        self.assertGreater(len(closing), 1)
+        self.assertEqual(closing[0], 1)
+        self.assertEqual(len(held), 0)
+        self.assertEqual(_descriptorsUnder(root), [])
+        self.assertEqual(len(h.contents("INBOX")), 6)
         h.finish()
 
     def test_connectionDroppedErrorSaysLost(self) -> None:

@@ -752,17 +752,23 @@ class ReadBodiesTests(MaildirTestCase):
 
     def test_sizeFieldBeyondAnyFile(self) -> None:
         """
-        A file whose name's C{,S=} field is too large for any file (20
-        digits or more) is still read, from its status, and the others of
-        its batch with it.
+        A file whose name's C{,S=} field is too large for any file (beyond
+        2**63 - 1, which no SQLite or PostgreSQL integer would hold when
+        its outcome is recorded) is listed at its real size, from its
+        status, and read with the others of its batch; one just below is
+        listed at the name's size, and read from its status.
         """
         root = self.maildir()
         deliver(root, "cur", "1700000000.a.host,S=" + "9" * 20 + ":2,S", b"a\n")
-        deliver(root, "cur", "1700000001.b.host:2,S", b"b\n")
+        deliver(root, "cur", "1700000001.b.host,S=9223372036854775808:2,S", b"bb\n")
+        deliver(root, "cur", "1700000002.c.host,S=9223372036854775807:2,S", b"c\n")
+        deliver(root, "cur", "1700000003.d.host:2,S", b"d\n")
         source = MaildirSource(root)
         messages = self.messages(source)
-        self.assertEqual(messages[0].size, int("9" * 20))
-        self.assertEqual(self.bodies(source, messages), [b"a\r\n", b"b\r\n"])
+        self.assertEqual([m.size for m in messages], [2, 3, 2**63 - 1, 2])
+        self.assertEqual(
+            self.bodies(source, messages), [b"a\r\n", b"bb\r\n", b"c\r\n", b"d\r\n"]
+        )
 
     def test_nothing(self) -> None:
         """
@@ -1479,7 +1485,8 @@ class NameFieldsTests(SynchronousTestCase):
         """
         The leading integer up to the first dot is the date (leading zeros
         allowed, up to 9999-12-31 23:59:59, ASCII digits only); the first
-        C{,S=} followed by digits is the size, however many digits.
+        C{,S=} followed by digits is the size, however many digits, unless
+        beyond 2**63 - 1 (no size then: the file's status gives it).
         """
         for unique, expected in [
             ("1700000000.M1P2.host", (1700000000.0, None)),
@@ -1501,7 +1508,12 @@ class NameFieldsTests(SynchronousTestCase):
             ("1.y,S=,S=x,S=7", (1.0, 7)),
             ("1.y,S=", (1.0, None)),
             ("1.y,s=7", (1.0, None)),
-            ("1.y,S=" + "9" * 40, (1.0, int("9" * 40))),
+            ("1.y,S=" + "9" * 40, (1.0, None)),
+            ("1.y,S=9223372036854775807", (1.0, 2**63 - 1)),
+            ("1.y,S=9223372036854775808", (1.0, None)),
+            ("1.y,S=18446744073709551616,S=5", (1.0, None)),
+            ("1.y,S=" + "0" * 30 + "9223372036854775807", (1.0, 2**63 - 1)),
+            ("1.y,S=" + "0" * 30, (1.0, 0)),
             ("1.y,S=123456789012345678", (1.0, 123456789012345678)),
             ("1.y,S=1234567890123456789", (1.0, 1234567890123456789)),
             ("1.h\u00e9,S=12", (1.0, 12)),

@@ -29,6 +29,7 @@ from imapmig.sources.local import FILE_FLAGS
 from imapmig.sources.messagefile import (
     LARGE_MESSAGE,
     NOT_READ,
+    lookUp,
     readListedFile,
     readListedFiles,
     readListedFilesPython,
@@ -226,16 +227,30 @@ class ReadListedFilesTests(SynchronousTestCase):
         messages = [SourceMessage(key, (), None, size) for key, size in sizes.items()]
         results = []
         for implementation in (readListedFiles, self.readPython):
-            bodies = ReadBodies()
-            missed = implementation(messages, self.located.get, self.descriptors, bodies)
-            results.append((list(bodies), bytes(bodies.facts), missed))
-        self.assertEqual(results[0], results[1])
+            for locate in (self.located.get, self.table()):
+                bodies = ReadBodies()
+                missed = implementation(messages, locate, self.descriptors, bodies)
+                results.append((list(bodies), bytes(bodies.facts), missed))
+        for result in results[1:]:
+            self.assertEqual(result, results[0])
         return results[0]
+
+    def table(self) -> messagefile.Table:
+        """
+        Where the files are (C{self.located}), as a listing's L{Table}.
+        """
+        names: tuple[dict[str, str], ...] = tuple({} for _ in self.descriptors)
+        irregular: dict[str, object] = {}
+        for key, (index, name, what) in self.located.items():
+            names[index][key] = name
+            if what is not None:
+                irregular[key] = what
+        return names, irregular
 
     def readPython(
         self,
         messages: list[SourceMessage],
-        locate: messagefile._Locate,
+        locate: messagefile._Locate | messagefile.Table,
         descriptors: list[int | None],
         bodies: ReadBodies,
     ) -> int:
@@ -375,6 +390,75 @@ class ReadListedFilesTests(SynchronousTestCase):
         message = SourceMessage("m", (), None, 2)
         self.assertEqual(readListedFiles([message], self.located.get, self.descriptors, bodies), 0)
         self.assertEqual((list(bodies), bytes(bodies.facts)), ([b"before", b"m\r\n"], b"\0\x08"))
+
+    def test_tableOrder(self) -> None:
+        """
+        By a listing's L{Table}, the first directory holding a key wins
+        (C{cur/} before C{new/}), a key listed as something else than a
+        regular file is not read wherever it is, and a directory index
+        beyond the descriptors is not read, as L{lookUp} finds them.
+        """
+        self.file("both", b"first\n")
+        self.file("both", b"second\n", 1)
+        self.file("odd", b"x\n", 1)
+        names = ({"both": "both"}, {"both": "both", "odd": "odd"}, {"far": "both"})
+        table: messagefile.Table = (names, {"odd": object()})
+        messages = [SourceMessage(key, (), None, 6) for key in ("both", "far")]
+        messages.append(SourceMessage("odd", (), None, 2))
+        for implementation in (readListedFiles, self.readPython):
+            bodies = ReadBodies()
+            self.assertEqual(implementation(messages, table, self.descriptors, bodies), 2)
+            self.assertEqual(list(bodies), [b"first\r\n", NOT_READ, NOT_READ])
+        self.assertEqual(lookUp(table, "both"), (0, "both"))
+        self.assertEqual(lookUp(table, "far"), (2, "both"))
+        self.assertIsNone(lookUp(table, "odd"))
+        self.assertIsNone(lookUp(table, "none"))
+
+    def test_badTable(self) -> None:
+        """
+        A table that is not one (its parts of other types) is a
+        L{TypeError} of the C extension, not a crash.
+        """
+        if not compiled:
+            raise SkipTest("the C extension imapmig.mail._octets is not built")
+        self.file("m", b"m\n")
+        message = SourceMessage("m", (), None, 2)
+        for table in [(), ({"m": "m"},), ([{"m": "m"}], {}), (({"m": "m"},), []), (("m",), {})]:
+            self.assertRaises(
+                TypeError,
+                readListedFiles,
+                [message],
+                table,
+                self.descriptors,
+                ReadBodies(),
+            )
+
+    def test_keptBuffer(self) -> None:
+        """
+        Calls one after another, of files larger and smaller than the
+        one before, and a call from the C{locate} of another (which then
+        reads into a buffer of its own), read each file whole: the buffer
+        kept from call to call holds no octet of another file.
+        """
+        sizes = [5, 70000, 3, 200000, 1, 131072, 131073]
+        for n, size in enumerate(sizes):
+            self.file(f"f{n}", bytes([65 + n]) * size)
+        for n, size in enumerate(sizes):
+            self.assertEqual(self.readBoth({f"f{n}": size})[0], [bytes([65 + n]) * size])
+        inner: list[list[object]] = []
+
+        def locate(key: str) -> tuple[int, str, object] | None:
+            bodies = ReadBodies()
+            readListedFiles([SourceMessage("f3", (), None, sizes[3])], self.located.get,
+                            self.descriptors, bodies)  # fmt: skip
+            inner.append(list(bodies))
+            return self.located.get(key)
+
+        bodies = ReadBodies()
+        messages = [SourceMessage(f"f{n}", (), None, size) for n, size in enumerate(sizes)]
+        self.assertEqual(readListedFiles(messages, locate, self.descriptors, bodies), 0)
+        self.assertEqual(list(bodies), [bytes([65 + n]) * size for n, size in enumerate(sizes)])
+        self.assertEqual(inner, [[b"D" * sizes[3]]] * len(sizes))
 
 
 class LargeFileTests(SynchronousTestCase):

@@ -87,6 +87,7 @@ from imapmig.progress import JobProgress, JobState
 from imapmig.throttle import Throttle
 from imapmig.sources import IMessageSource
 from imapmig.sources.imap import IMAPSource
+from imapmig.sources.maildir import MaildirSource
 from imapmig.state import IStateStore, JournalEntry, MessageOutcome, Transition
 from imapmig.progress.telemetry import ServerTelemetry
 
@@ -151,6 +152,18 @@ def _measurer(
         }
 
     return measure
+
+
+async def _closeSource(source: IMessageSource) -> None:
+    """
+    What a source holds for an attempt, released at its end (whatever
+    ended it): an IMAP source's connections, the folders a Maildir source
+    holds open between read steps.
+    """
+    if isinstance(source, IMAPSource):
+        await source.close()
+    elif isinstance(source, MaildirSource):
+        source.close()
 
 
 class MigrationJob:
@@ -518,8 +531,7 @@ class MigrationJob:
             try:
                 await self._copy(attempt)
             finally:
-                if isinstance(self._source, IMAPSource):
-                    await self._source.close()
+                await _closeSource(self._source)
         except ImapmigError as e:
             error = e
         except CancelledError:

@@ -6,8 +6,10 @@
  * crlfAndFacts(data, afterCR=False, last=True) -> (converted, facts)
  * readListed(messages, locate, descriptors, largest, flags, notRead, bodies,
  *            facts) -> missed: a batch of message files read, each in one
- *     read(2) into one buffer reused from file to file, and converted from
- *     there into its body (imapmig.sources.messagefile.readListedFiles).
+ *     read(2) into one buffer reused from file to file and from call to
+ *     call, and converted from there into its body, each file found in the
+ *     listing's dicts with no call into Python
+ *     (imapmig.sources.messagefile.readListedFiles).
  * withInternalDate(prefix, when) -> bytes: an APPEND's date argument
  *     (imapmig.mail.message.withInternalDatePython).
  *
@@ -86,26 +88,68 @@ crlfAndFactsOf(PyObject *const *args, Py_ssize_t nargs, int wide)
 /* The facts of a body not looked at (imapmig.mail.octets.UNKNOWN). */
 #define FACT_UNKNOWN 128
 
-/* A buffer every file of one readListed call is read into, grown as
- * needed: a small message's octets stay in the cache from the read to the
- * conversion, and no buffer is allocated per file but its body. */
+/* A buffer every file of a readListed call is read into, grown as needed
+ * and kept from call to call (kept: the module's one, see takeScratch): a
+ * small message's octets stay in the cache from the read to the
+ * conversion, and no buffer is allocated per file but its body.  The first
+ * version's buffer lived for one call and grew by realloc, which copied
+ * what it held: 596 growths in a realistic run of 5,000 messages, 46,000
+ * instructions each, 5,500 a message (bench/results/cpu.md, "round 5,
+ * readside"). */
 typedef struct {
     unsigned char *octets;
     size_t room;
+    int kept;
 } Scratch;
 
-/* Room for wanted octets in the scratch buffer; 0 when there is no memory
- * for them (the GIL need not be held). */
+/* The module's buffer, kept between calls up to its largest message, and
+ * whether a call holds it (the GIL is released while a file is read into
+ * it: a call on another thread meanwhile takes a buffer of its own). */
+static Scratch keptScratch = {NULL, 0, 1};
+static int keptScratchTaken = 0;
+
+/* The buffer for one readListed call (with the GIL held). */
+static Scratch
+takeScratch(void)
+{
+    if (keptScratchTaken) {
+        Scratch own = {NULL, 0, 0};
+        return own;
+    }
+    keptScratchTaken = 1;
+    return keptScratch;
+}
+
+/* The end of a readListed call: its buffer kept for the next, or freed
+ * (with the GIL held). */
+static void
+giveScratch(Scratch *scratch)
+{
+    if (scratch->kept) {
+        keptScratch = *scratch;
+        keptScratchTaken = 0;
+    }
+    else {
+        PyMem_RawFree(scratch->octets);
+    }
+}
+
+/* Room for wanted octets (at most limit) in the scratch buffer, what it
+ * held not kept: at least twice the room it had, so that a call grows it a
+ * few times at most; 0 when there is no memory for them (the GIL need not
+ * be held). */
 static int
-growScratch(Scratch *scratch, size_t wanted)
+growScratch(Scratch *scratch, size_t wanted, size_t limit)
 {
     if (scratch->room < wanted) {
-        unsigned char *grown = PyMem_RawRealloc(scratch->octets, wanted);
-        if (grown == NULL) {
-            return 0;
+        size_t room = scratch->room * 2 > wanted ? scratch->room * 2 : wanted;
+        if (room > limit) {
+            room = wanted;
         }
-        scratch->octets = grown;
-        scratch->room = wanted;
+        PyMem_RawFree(scratch->octets);
+        scratch->octets = PyMem_RawMalloc(room);
+        scratch->room = scratch->octets == NULL ? 0 : room;
+        return scratch->octets != NULL;
     }
     return 1;
 }
@@ -150,7 +194,8 @@ readOne(int dirFd, PyObject *name, Py_ssize_t size, Py_ssize_t largest, int flag
              * put in place of the message is not read). */
             size = (Py_ssize_t)status.st_size;
         }
-        if (size > 0 && (grown = growScratch(scratch, (size_t)size + 1))) {
+        if (size > 0
+            && (grown = growScratch(scratch, (size_t)size + 1, (size_t)largest + 1))) {
             got = read(fd, scratch->octets, (size_t)size + 1);
         }
         close(fd);
@@ -187,9 +232,77 @@ asInt(PyObject *number)
 }
 
 /*
+ * Where the file of key is by a listing's table (a tuple: per subdirectory a
+ * dict of key to file name, cur/ first, then a dict of the keys whose entry
+ * is not a regular file), as imapmig.sources.maildir.scan.FolderFiles.locate
+ * finds it, with no call into Python and no tuple made: 1 with its
+ * subdirectory's index in *index and a new reference to its name in *name,
+ * 0 when it was not listed or is not a regular file, -1 on an error.
+ */
+static int
+lookUp(PyObject *table, PyObject *key, Py_ssize_t *index, PyObject **name)
+{
+    PyObject *names = PyTuple_GET_SIZE(table) == 2 ? PyTuple_GET_ITEM(table, 0) : NULL;
+    PyObject *irregular = names == NULL ? NULL : PyTuple_GET_ITEM(table, 1);
+    if (names == NULL || !PyTuple_Check(names) || !PyDict_Check(irregular)) {
+        PyErr_SetString(PyExc_TypeError, "readListed() needs a table of (names, irregular)");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *subdirectory = PyTuple_GET_ITEM(names, i);
+        if (!PyDict_Check(subdirectory)) {
+            PyErr_SetString(PyExc_TypeError, "readListed() needs a dict per subdirectory");
+            return -1;
+        }
+        PyObject *found = PyDict_GetItemWithError(subdirectory, key);
+        if (found == NULL) {
+            if (PyErr_Occurred()) {
+                return -1;
+            }
+            continue;
+        }
+        if (PyDict_GET_SIZE(irregular) > 0) {
+            int listed = PyDict_Contains(irregular, key);
+            if (listed != 0) {
+                return listed < 0 ? -1 : 0;
+            }
+        }
+        *index = i;
+        *name = Py_NewRef(found);
+        return 1;
+    }
+    return 0;
+}
+
+/* The same as lookUp, by a locate callable's answer (index, name, None when
+ * a regular file), or None. */
+static int
+located(PyObject *locate, PyObject *key, Py_ssize_t *index, PyObject **name)
+{
+    PyObject *where = PyObject_CallOneArg(locate, key);
+    if (where == NULL) {
+        return -1;
+    }
+    int found = 0;
+    if (PyTuple_Check(where) && PyTuple_GET_SIZE(where) == 3
+        && PyTuple_GET_ITEM(where, 2) == Py_None) {
+        *index = PyLong_AsSsize_t(PyTuple_GET_ITEM(where, 0));
+        if (*index == -1 && PyErr_Occurred()) {
+            found = -1;
+        }
+        else {
+            *name = Py_NewRef(PyTuple_GET_ITEM(where, 1));
+            found = 1;
+        }
+    }
+    Py_DECREF(where);
+    return found;
+}
+
+/*
  * The body of one message for readListed: a new reference to its bytes
  * (facts in *facts), Py_None when its file is not read by readOne, NULL on
- * an error.
+ * an error.  locate is a listing's table (lookUp) or a callable (located).
  */
 static PyObject *
 readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize_t largest,
@@ -205,9 +318,8 @@ readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize
         if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
             return NULL;
         }
-        /* A size no Py_ssize_t holds (a Maildir name's ",S=" of 20 digits
-         * or more): beyond largest, not read here, as the Python twin's
-         * 0 <= size <= largest leaves it. */
+        /* A size no Py_ssize_t holds: beyond largest, not read here, as
+         * the Python twin's 0 <= size <= largest leaves it. */
         PyErr_Clear();
         Py_RETURN_NONE;
     }
@@ -218,42 +330,35 @@ readMessage(PyObject *message, PyObject *locate, PyObject *descriptors, Py_ssize
     if (key == NULL) {
         return NULL;
     }
-    PyObject *located = PyObject_CallOneArg(locate, key);
+    Py_ssize_t index = 0;
+    PyObject *name = NULL;
+    int found = PyTuple_Check(locate) ? lookUp(locate, key, &index, &name)
+                                      : located(locate, key, &index, &name);
     Py_DECREF(key);
-    if (located == NULL) {
-        return NULL;
+    if (found <= 0) {
+        return found < 0 ? NULL : Py_NewRef(Py_None);
     }
     PyObject *body = NULL;
-    /* (index into descriptors, name, None when a regular file) */
-    if (!PyTuple_Check(located) || PyTuple_GET_SIZE(located) != 3
-        || PyTuple_GET_ITEM(located, 2) != Py_None) {
-        body = Py_NewRef(Py_None);
-        goto done;
-    }
-    Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(located, 0));
-    if (index == -1 && PyErr_Occurred()) {
-        goto done;
-    }
     PyObject *descriptor = (index >= 0 && index < PyList_GET_SIZE(descriptors))
         ? PyList_GET_ITEM(descriptors, index) : Py_None;
     if (descriptor == Py_None) {
         body = Py_NewRef(Py_None);
-        goto done;
     }
-    int dirFd = asInt(descriptor);
-    if (dirFd == -1 && PyErr_Occurred()) {
-        goto done;
+    else {
+        int dirFd = asInt(descriptor);
+        if (!(dirFd == -1 && PyErr_Occurred())) {
+            body = readOne(dirFd, name, size, largest, flags, scratch, facts);
+        }
     }
-    body = readOne(dirFd, PyTuple_GET_ITEM(located, 1), size, largest, flags, scratch, facts);
-done:
-    Py_DECREF(located);
+    Py_DECREF(name);
     return body;
 }
 
 PyDoc_STRVAR(readListed_doc,
 "readListed(messages, locate, descriptors, largest, flags, notRead, bodies, facts)\n"
 "-> missed\n\n"
-"Read the listed files of messages, in order, as\n"
+"Read the listed files of messages, where locate (a listing's table or a\n"
+"callable) says they are, in order, as\n"
 "imapmig.sources.messagefile.readListedFile does each, into bodies (a list)\n"
 "and their facts into facts (a bytearray); notRead and UNKNOWN where a file\n"
 "is not read so.  Returns how many were not.  See\n"
@@ -292,7 +397,7 @@ readListed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(messages), missed = 0, start, i = 0;
     PyObject **items = PySequence_Fast_ITEMS(messages);
-    Scratch scratch = {NULL, 0};
+    Scratch scratch = takeScratch();
     start = PyByteArray_GET_SIZE(found);
     if (PyByteArray_Resize(found, start + count) < 0) {
         goto fail;
@@ -316,11 +421,11 @@ readListed(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         PyByteArray_AS_STRING(found)[start + i] = (char)facts;
     }
-    PyMem_RawFree(scratch.octets);
+    giveScratch(&scratch);
     Py_DECREF(messages);
     return PyLong_FromSsize_t(missed);
 fail:
-    PyMem_RawFree(scratch.octets);
+    giveScratch(&scratch);
     Py_DECREF(messages);
     if (PyByteArray_GET_SIZE(found) > start + i) {
         /* A fact for each body appended, as before the error. */

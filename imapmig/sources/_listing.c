@@ -434,9 +434,10 @@ headValue(int kind, const void *data, Py_ssize_t end)
 }
 
 /* The size of the first ",S=" followed by a digit, or NULL with no error
- * where there is none. */
+ * where there is none or it is beyond any file's (2**63 - 1: no off_t holds
+ * it, the listing takes the file's size from its status instead). */
 static INLINE PyObject *
-sizeValue(PyObject *unique, int kind, const void *data, Py_ssize_t length)
+sizeValue(int kind, const void *data, Py_ssize_t length)
 {
     for (Py_ssize_t i = findChar(kind, data, 0, length, ','); i + 3 < length;
          i = findChar(kind, data, i + 1, length, ',')) {
@@ -454,20 +455,23 @@ sizeValue(PyObject *unique, int kind, const void *data, Py_ssize_t length)
         if (end == i + 3) {
             continue;
         }
-        if (end - (i + 3) <= 18) {
-            long long value = 0;
-            for (Py_ssize_t j = i + 3; j < end; j++) {
-                value = value * 10 + (PyUnicode_READ(kind, data, j) - '0');
-            }
-            return PyLong_FromLongLong(value);
+        /* Leading zeros skipped, then at most 19 digits, checked against
+         * LLONG_MAX without overflowing. */
+        Py_ssize_t j = i + 3;
+        while (j < end - 1 && PyUnicode_READ(kind, data, j) == '0') {
+            j++;
         }
-        PyObject *digits = PyUnicode_Substring(unique, i + 3, end);
-        if (digits == NULL) {
+        if (end - j > 19) {
             return NULL;
         }
-        PyObject *value = PyLong_FromUnicodeObject(digits, 10);
-        Py_DECREF(digits);
-        return value;
+        unsigned long long value = 0;
+        for (; j < end; j++) {
+            value = value * 10 + (unsigned long long)(PyUnicode_READ(kind, data, j) - '0');
+        }
+        if (value > (unsigned long long)LLONG_MAX) {
+            return NULL;
+        }
+        return PyLong_FromLongLong((long long)value);
     }
     return NULL;
 }
@@ -487,7 +491,7 @@ fieldsOf(PyObject *unique, int kind, const void *data, Py_ssize_t length)
             return NULL;
         }
     }
-    PyObject *size = sizeValue(unique, kind, data, length);
+    PyObject *size = sizeValue(kind, data, length);
     if (size == NULL) {
         if (PyErr_Occurred()) {
             Py_DECREF(date);

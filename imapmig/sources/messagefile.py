@@ -11,7 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from imapmig.mail.message import (
     MessageBody,
@@ -27,6 +27,8 @@ __all__ = [
     "LARGE_MESSAGE",
     "NOT_READ",
     "READ_CHUNK",
+    "Table",
+    "lookUp",
     "readListedFile",
     "readListedFiles",
     "readListedFilesPython",
@@ -127,10 +129,32 @@ descriptor, its name, and what it is when not a regular file (else
 L{None}); L{None} when it was not listed.
 """
 
+Table = tuple[tuple[dict[str, str], ...], Mapping[str, object]]
+"""
+Where the files of a listing are, as L{readListedFiles} looks them up with
+no call per message: per directory (in the order of the descriptors, the
+first that has a key wins), key to file name; then the keys whose entry is
+not a regular file (what it is).  The same answers as the L{_Locate} of
+L{imapmig.sources.maildir.scan.FolderFiles}.
+"""
+
+
+def lookUp(table: Table, key: str) -> tuple[int, str] | None:
+    """
+    Where the file of C{key} is by C{table}: its directory's index and its
+    name; L{None} when it was not listed or is not a regular file.
+    """
+    names, irregular = table
+    for index, directory in enumerate(names):
+        name = directory.get(key)
+        if name is not None:
+            return None if irregular and key in irregular else (index, name)
+    return None
+
 
 def readListedFiles(
     messages: Sequence[SourceMessage],
-    locate: _Locate,
+    locate: _Locate | Table,
     descriptors: list[int | None],
     bodies: ReadBodies,
 ) -> int:
@@ -151,7 +175,9 @@ def readListedFiles(
     C extension once a file) and an object more per body.
 
     @param messages: the messages listed.
-    @param locate: where the file of a message key is.
+    @param locate: where the file of a message key is: a listing's
+        L{Table} (no call per message: the C extension looks the key up in
+        its dicts), or a callable.
     @param descriptors: the open directories C{locate}'s indexes name
         (L{None}: not there).
     @param bodies: where the bodies and their facts are appended.
@@ -164,7 +190,7 @@ def readListedFiles(
 
 def readListedFilesPython(
     messages: Sequence[SourceMessage],
-    locate: _Locate,
+    locate: _Locate | Table,
     descriptors: list[int | None],
     largest: int,
     flags: int,
@@ -183,11 +209,11 @@ def readListedFilesPython(
         read = None
         size = message.size
         if 0 <= size <= largest:
-            located = locate(message.key)
-            if located is not None and located[2] is None:
-                fd = descriptors[located[0]]
+            where = _where(locate, message.key)
+            if where is not None:
+                fd = descriptors[where[0]] if 0 <= where[0] < len(descriptors) else None
                 if fd is not None:
-                    read = readListedFile(located[1], size, fd, flags)
+                    read = readListedFile(where[1], size, fd, flags)
         if read is None:
             bodies.append(notRead)
             facts.append(UNKNOWN)
@@ -196,6 +222,19 @@ def readListedFilesPython(
             bodies.append(read[0])
             facts.append(read[1])
     return missed
+
+
+def _where(locate: _Locate | Table, key: str) -> tuple[int, str] | None:
+    """
+    Where the file of C{key} is by C{locate} (L{readListedFilesPython}):
+    its directory's index and name, L{None} when it is not read there.
+    """
+    if isinstance(locate, tuple):
+        return lookUp(locate, key)
+    located = locate(key)
+    if located is None or located[2] is not None:
+        return None
+    return located[0], located[1]
 
 
 try:

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sources_maildir -*-
+# -*- test-case-name: tests.test_sources_maildir,tests.test_sources_maildir_held -*-
 """
 A Maildir with Maildir++ subfolders, as Dovecot, Courier, mbsync and most
 MDAs write it, as a L{imapmig.sources.IMessageSource}.
@@ -51,7 +51,7 @@ from imapmig.sources.maildir.names import (
     nameFields,
     readKeywords,
 )
-from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
+from imapmig.sources.maildir.opened import HELD_FOLDERS, SUBDIRS, HeldFolders, Located, OpenFolder
 from imapmig.sources.maildir.scan import FolderFiles, Scanned, scanFolder, scanInTurns
 
 __all__ = ["LISTING_TURN", "MaildirSource"]
@@ -119,18 +119,34 @@ class MaildirSource:
     (the Maildir specification) and are skipped.
 
     Files are opened beneath the Maildir as L{imapmig.sources.local}
-    describes, on the calling thread, with blocking system calls.
+    describes, on the calling thread, with blocking system calls.  A
+    folder being read stays open from one L{readBodies} to the next (its
+    C{cur/} and C{new/}: a file renamed between them is found by name
+    again, a folder renamed meanwhile is still read where its directory
+    went), until the listing's last message is read, the folder is listed
+    again, L{close} is called, or more folders than
+    L{imapmig.sources.maildir.opened.HELD_FOLDERS} allows are held.
 
     @ivar path: the Maildir's directory.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, held: HeldFolders = HELD_FOLDERS) -> None:
         """
         @param path: the Maildir's directory.
+        @param held: where the folders being read are held open between
+            read steps (the process's, bounded).
         """
         self.path = path
+        self._held = held
         self._folderDirectories: dict[str, str] = {}
         self._messageFiles: dict[str, FolderFiles] = {}
+
+    def close(self) -> None:
+        """
+        Close the folders held open between read steps (at the end of a
+        job's attempt, whatever ended it: the next read opens them again).
+        """
+        self._held.release(self)
 
     def listFolders(self) -> Deferred[Sequence[SourceFolder]]:
         """
@@ -272,6 +288,8 @@ class MaildirSource:
 
         @raise SourceError: the folder is gone or cannot be listed.
         """
+        # A new listing, a new pass: its reads open the folder afresh.
+        self._held.release(self, folder.key)
         opened = OpenFolder(self.path, self._relativeOf(folder))
         with opened:
             _mustBeFound(opened, self.path)
@@ -299,6 +317,7 @@ class MaildirSource:
             if start:
                 yield None
             messages += _listed(rows[start : start + turn])
+        files.last = messages[-1].key if messages else None
         listed.append(messages)
 
     def readBodies(
@@ -317,12 +336,26 @@ class MaildirSource:
             return succeed([])
         files = self._messageFiles.get(folder.key)
         rescan = partial(self._rescan, folder)
+        held = self._held.take(self, folder.key)
+        if files is None and held is not None:
+            # Gone at the last rescan: opened afresh.
+            held.close()
+            held = None
         try:
-            batch = _Batch(self.path, files or rescan(), rescan, rescanned=files is None)
+            batch = _Batch(self.path, files or rescan(), rescan, files is None, held)
         except SourceError as e:
             return succeed(unreadableAll(str(e), messages))
+        except BaseException:
+            if held is not None:
+                held.close()
+            raise
         with batch:
-            return succeed(batch.read(messages))
+            bodies = batch.read(messages)
+            if not batch.rescanned and files is not None and messages[-1].key != files.last:
+                # More steps of this folder follow: it stays open for them
+                # (not after a rescan: files had moved, or the folder).
+                self._held.hold(self, folder.key, batch.keep())
+        return succeed(bodies)
 
     def _rescan(self, folder: SourceFolder) -> FolderFiles:
         """
@@ -500,32 +533,50 @@ class _Batch:
     """
     One batch of L{MaildirSource.readBodies}: the folder, open, and where
     its files are, looked for again (the folder scanned once more) at most
-    once.  A context manager: the folder is closed on leaving.
+    once.  A context manager: the folder is closed on leaving, unless it
+    was kept (L{keep}).
 
     @ivar rescanned: whether the folder was scanned again for this batch.
     """
 
     def __init__(
-        self, root: str, files: FolderFiles, rescan: Callable[[], FolderFiles], rescanned: bool
+        self,
+        root: str,
+        files: FolderFiles,
+        rescan: Callable[[], FolderFiles],
+        rescanned: bool,
+        opened: OpenFolder | None = None,
     ) -> None:
         """
         @param root: the Maildir.
         @param files: where the folder's files are, as last scanned.
         @param rescan: scan the folder again.
         @param rescanned: whether C{files} were scanned for this batch.
+        @param opened: the folder, open (held from a step before), which
+            the batch then owns; L{None}: it is opened.
         @raise SourceError: the folder cannot be opened.
         """
         self._root = root
         self._files = files
         self._rescan = rescan
         self.rescanned = rescanned
-        self._opened = OpenFolder(root, files.relative)
+        self._opened = OpenFolder(root, files.relative) if opened is None else opened
+        self._kept = False
 
     def __enter__(self) -> _Batch:
         return self
 
     def __exit__(self, *excInfo: object) -> None:
-        self._opened.close()
+        if not self._kept:
+            self._opened.close()
+
+    def keep(self) -> OpenFolder:
+        """
+        The folder, open, for the caller to close: the batch leaves it
+        open.
+        """
+        self._kept = True
+        return self._opened
 
     def read(self, messages: Sequence[SourceMessage]) -> ReadBodies:
         """
@@ -533,7 +584,7 @@ class _Batch:
         found as they were read (where the common case read them).
         """
         bodies = ReadBodies()
-        if self._opened.readListed(messages, self._files.locate, bodies):
+        if self._opened.readListed(messages, self._files.table, bodies):
             self._readMissed(messages, bodies)
         return bodies
 

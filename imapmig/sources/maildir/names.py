@@ -19,6 +19,7 @@ from imapmig.sources.local import OpenTree
 
 __all__ = [
     "flagsOf",
+    "LARGEST_SIZE",
     "leadingTimestamp",
     "nameFields",
     "nameFieldsPython",
@@ -157,14 +158,24 @@ def _longTimestamp(head: str) -> int | None:
     return None
 
 
+# The largest size a file can have (an off_t's): a C{,S=} field beyond it
+# says nothing of the file, whose status gives its size instead (where an
+# SQLite or PostgreSQL integer would not hold it).
+LARGEST_SIZE = 2**63 - 1
+
+
 def sizeField(unique: str) -> int | None:
     """
-    The size in the C{,S=NNNN} field of a unique name, if any.
+    The size in the C{,S=NNNN} field of a unique name, if any: the first
+    such field, unless beyond L{LARGEST_SIZE}.
     """
     if ",S=" not in unique:
         return None
     match = _SIZE_FIELD.search(unique)
-    return None if match is None else int(match.group(1))
+    if match is None:
+        return None
+    size = int(match.group(1))
+    return size if size <= LARGEST_SIZE else None
 
 
 def nameFieldsPython(unique: str, /) -> tuple[float | None, int | None]:

@@ -1,4 +1,4 @@
-# -*- test-case-name: tests.test_sources_maildir -*-
+# -*- test-case-name: tests.test_sources_maildir,tests.test_sources_maildir_held -*-
 """
 A Maildir folder's C{cur/} and C{new/}, opened beneath the Maildir for one
 listing or one batch of reads (taken out of the Maildir source's module,
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import Callable, Sequence
+from collections import OrderedDict
+from typing import Callable, Hashable, Sequence
 
 from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import MessageBody, ReadBodies, SourceMessage, UnreadableMessage
@@ -23,13 +24,14 @@ from imapmig.sources.local import (
 )
 from imapmig.sources.messagefile import (
     LARGE_MESSAGE,
+    Table,
     readListedFile,
     readListedFiles,
     readMessageFile,
     readOpenFile,
 )
 
-__all__ = ["SUBDIRS", "Located", "OpenFolder"]
+__all__ = ["HELD_FOLDERS", "SUBDIRS", "HeldFolders", "Located", "OpenFolder"]
 
 # Where a listed file is: (index into SUBDIRS, file name, what it is if not
 # a regular file)
@@ -150,7 +152,7 @@ class OpenFolder:
     def readListed(
         self,
         messages: Sequence[SourceMessage],
-        locate: Callable[[str], Located | None],
+        locate: Callable[[str], Located | None] | Table,
         bodies: ReadBodies,
     ) -> int:
         """
@@ -158,7 +160,8 @@ class OpenFolder:
         body and its facts to C{bodies} (L{readListedFiles}: one call for
         the batch where the C extension is built).
 
-        @param locate: where the file of a message key is.
+        @param locate: where the file of a message key is (a listing's
+            L{Table}, looked up with no call per message).
         @return: how many were not read: L{NOT_READ} stands in their place,
             for L{read} to read.
         """
@@ -203,3 +206,70 @@ class OpenFolder:
             shown = os.path.join(self.shownDirectory(index), carriedName(name))
             return UnreadableMessage(linkProblem(shown, e))
         return readOpenFile(fd, self.shownDirectory(index), name, size)
+
+
+class HeldFolders:
+    """
+    Maildir folders held open from one read step to the next (see
+    L{imapmig.sources.maildir.MaildirSource.readBodies}): a step of a folder
+    opened the Maildir, the folder's directory twice, C{cur/} and C{new/},
+    and closed them all (ten system calls a step, about 0.3 a message of a
+    realistic run, and an L{OpenFolder} made in Python), where a folder held
+    costs none.
+
+    At most C{limit} folders are held across every source of the process
+    (each holds three descriptors: the Maildir, C{cur/} and C{new/}), the
+    one used least recently closed first: 500 jobs at once hold no more,
+    and a job whose folder was closed so opens it again at its next step,
+    as every step did before.
+
+    @ivar limit: how many folders are held at most.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._held: OrderedDict[tuple[Hashable, str], OpenFolder] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def take(self, owner: Hashable, key: str) -> OpenFolder | None:
+        """
+        The folder C{key} of C{owner}, if held: no longer held (the caller
+        reads with it, then L{hold}s or closes it).
+        """
+        return self._held.pop((owner, key), None)
+
+    def hold(self, owner: Hashable, key: str, folder: OpenFolder) -> None:
+        """
+        Hold C{folder} (C{key} of C{owner}) for the next step, closing the
+        folder used least recently if more than L{limit} are held (one
+        already held as C{key} of C{owner} is closed).
+        """
+        previous = self._held.pop((owner, key), None)
+        if previous is not None and previous is not folder:
+            previous.close()
+        self._held[(owner, key)] = folder
+        while len(self._held) > self.limit:
+            _, oldest = self._held.popitem(last=False)
+            oldest.close()
+
+    def release(self, owner: Hashable, key: str | None = None) -> None:
+        """
+        Close the folder C{key} of C{owner} if held; every folder of
+        C{owner} without C{key}.
+        """
+        if key is not None:
+            folder = self._held.pop((owner, key), None)
+            if folder is not None:
+                folder.close()
+            return
+        for held in [held for held in self._held if held[0] is owner]:
+            self._held.pop(held).close()
+
+
+HELD_FOLDERS = HeldFolders(32)
+"""
+The folders held open by every Maildir source of the process: 32 at most,
+96 descriptors.
+"""

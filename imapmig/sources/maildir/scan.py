@@ -14,6 +14,7 @@ from typing import Callable, Iterator
 
 from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir.names import splitName
+from imapmig.sources.messagefile import Table
 from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 
 __all__ = ["FolderFiles", "Scanned", "scanFolder", "scanInTurns", "scannedOf", "scannedOfPython"]
@@ -190,14 +191,21 @@ class FolderFiles:
     what the entries that are not regular files are.
 
     @ivar relative: the folder's directory, relative to the Maildir.
+    @ivar table: the same, as L{imapmig.sources.messagefile.readListedFiles}
+        looks keys up (no call per message).
+    @ivar last: the key of the listing's last message (L{None}: not
+        known), whose read ends the folder's reading
+        (L{imapmig.sources.maildir.MaildirSource.readBodies}).
     """
 
-    __slots__ = ("relative", "_names", "_irregular")
+    __slots__ = ("relative", "table", "last", "_names", "_irregular")
 
     def __init__(self, relative: str, scanned: list[Scanned]) -> None:
         self.relative = relative
+        self.last: str | None = None
         self._names: tuple[dict[str, str], ...] = tuple({} for _ in SUBDIRS)
         self._irregular: dict[str, Irregular] = {}
+        self.table: Table = (self._names, self._irregular)
         self.add(scanned)
 
     def add(self, scanned: list[Scanned]) -> None:
