@@ -455,10 +455,16 @@ class ParserTests(SynchronousTestCase):
             space.release()
             written += size
             self.assertEqual(parser.literalFilled(size), written == len(body))
-        self.assertFalse(parser.wantsLiteral)
+        # All in: the parser waits for what follows, which ends it.
+        self.assertTrue(parser.wantsLiteral)
+        self.assertEqual(parser.literalRemaining, 0)
         self.assertIsNone(parser.literalSpace())
-        parser.lineReceived(b")")
-        [item] = sink.items
+        self.assertEqual(sink.items, [])
+        self.assertEqual(parser.bodiesAt(b")\r\n* 2 FETCH (UID 8 BODY[] {2}\r\nok)\r\n", 0,
+                                         lambda: True), 37)  # fmt: skip
+        self.assertFalse(parser.inResponse)
+        item, second = sink.items
+        self.assertEqual(second.body, b"ok")
         self.assertIs(type(item.body), bytes)
         self.assertEqual(item.body, body)
 
@@ -475,8 +481,11 @@ class ParserTests(SynchronousTestCase):
         space[:] = b"hello"
         space.release()
         self.assertTrue(parser.literalFilled(5))
-        parser.lineReceived(b")")
-        self.assertEqual([(i.uid, i.body) for i in sink.items], [(7, b"hello")])
+        # What follows is a line: the literal ends, the line goes on.
+        self.assertEqual(parser.literalAt(b" FLAGS ()", 0), 0)
+        self.assertFalse(parser.wantsLiteral)
+        parser.lineReceived(b" FLAGS ())")
+        self.assertEqual([(i.uid, i.body, i.flags) for i in sink.items], [(7, b"hello", ())])
 
     def test_literalInPlaceThenLiteralAt(self) -> None:
         """

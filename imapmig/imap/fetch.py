@@ -369,8 +369,10 @@ class FetchResponseParser:
         if spool is None:
             literal = self._literal
             if literal is not None:
-                # Begun in an earlier read (or read in place): its last part.
-                literal.copy(data, pos, remaining)
+                # Begun in an earlier read (or read in place): its last
+                # part, if it was not all read in place.
+                if remaining:
+                    literal.copy(data, pos, remaining)
                 self._literal = None
                 body = literal.take()
             elif pos == 0 and end == len(data):
@@ -404,13 +406,13 @@ class FetchResponseParser:
         read it in place (C{recv_into} on the socket, OpenSSL's
         C{SSL_read}): a writable view of the literal's final buffer from
         the first octet still to come, as long as what is still to come;
-        or L{None} when no literal held in memory is being read (the next
-        octets go to L{literalAt}).  The reader writes some of the view
-        from its start, releases the view (C{release()}: the buffer cannot
-        become C{bytes} while a view of it is held), then says how many
-        octets it wrote (L{literalFilled}).
+        or L{None} when no literal held in memory is being read, or all of
+        it is in (the next octets go to L{literalAt}).  The reader writes
+        some of the view from its start, releases the view (C{release()}:
+        the buffer cannot become C{bytes} while a view of it is held),
+        then says how many octets it wrote (L{literalFilled}).
         """
-        if self._state != _LITERAL or self._spool is not None:
+        if self._state != _LITERAL or self._spool is not None or not self._remaining:
             return None
         return self._reading().space()
 
@@ -419,20 +421,20 @@ class FetchResponseParser:
         C{octets} (at least one, at most L{literalRemaining}) were written
         at the start of the view L{literalSpace} gave, now released.
 
-        @return: whether the literal is complete: the parser then waits
-            for the line that continues the response.
+        A literal read in place to its end is still awaited
+        (L{wantsLiteral}, none of it L{literalRemaining}): the octets that
+        follow it go to L{literalAt} (or L{bodiesAt}), which ends it there,
+        and ends a body response whose C{)} follows at once, and reads the
+        body responses after it, as for a literal read in a read.
+
+        @return: whether all of the literal is in.
         """
         literal = self._literal
         assert literal is not None
         literal.filled += octets
         remaining = self._remaining - octets
         self._remaining = remaining
-        if remaining:
-            return False
-        self._literal = None
-        self._stack[-1].append(literal.take())
-        self._state = _LINE
-        return True
+        return not remaining
 
     def _reading(self) -> LiteralReading:
         """

@@ -305,9 +305,9 @@ class ResponseReader(IMAPConnection):
         if deadline is not None:
             deadline.received(octets)
         try:
-            if self._fetchParser.literalFilled(octets):
-                # What follows the literal continues the response.
-                self.setLineMode()
+            # Complete or not, what comes next goes to the parser as raw
+            # octets: the end of the literal's response (L{rawDataFrom}).
+            self._fetchParser.literalFilled(octets)
         except Exception:
             self._bug()
 
