@@ -8,10 +8,16 @@ out of it into the body (L{imapmig.imap.fetch}).  L{InPlaceReads} replaces
 the C{doRead} of one connection: while the protocol (a
 L{imapmig.imap.responses.ResponseReader}) reads a literal it can take in
 place (C{literalSpace}), the socket is read with C{recv_into} into the
-literal's final buffer, the kernel's copy the only one; after the literal
-ends, the next read is short (L{AFTER_LITERAL}: the end of its response and
-the next one's first line), so that the next literal too is read mostly in
-place; every other read is Twisted's.
+literal's final buffer, the kernel's copy the only one; every other read is
+Twisted's.  So the rest of each literal that a read of C{bufferSize} cuts
+is read in place, for one more C{recv} per such read.
+
+A short read after each literal (L{AFTER_LITERAL}: the end of its
+response and the next one's first line) would have the next literal read
+almost all in place too, but costs more than the copy it saves: a read
+through the protocol's Python costs about as many instructions as copying
+a message of 40 kB (bench/results/s2s.md, round 5); it is not the
+default.
 
 Reads Twisted's C{tcp.Connection} state (C{socket}, C{bufferSize},
 C{protocol}, C{disconnected}); C{tests.test_imap_inplace} pins what it
@@ -30,9 +36,9 @@ __all__ = ["AFTER_LITERAL", "InPlaceReads", "readInPlace"]
 
 AFTER_LITERAL = 512
 """
-How much is read after a literal read in place: the C{)} and CRLF that end
-its response and the first line of the next (C{* 12 FETCH (UID 34 BODY[]
-{5678}}).
+How much a short read after a literal read in place takes: the C{)} and
+CRLF that end its response and the first line of the next (C{* 12 FETCH
+(UID 34 BODY[] {5678}}).
 """
 
 class InPlaceReads:
@@ -41,23 +47,26 @@ class InPlaceReads:
     literals in place (C{literalSpace} and C{literalFilled}).
     """
 
-    def __init__(self, connection: tcp.Connection, reader: Any) -> None:
+    def __init__(self, connection: tcp.Connection, reader: Any, afterLiteral: int = 0) -> None:
         """
         @param connection: the TCP transport, whose C{doRead} this becomes.
         @param reader: its protocol (under an endpoint's wrapper, if one
             is its C{protocol}).
+        @param afterLiteral: how much to read after a literal read in
+            place to its end; 0: C{bufferSize}, as any other read.
         """
         self._connection = connection
         self._protocol = connection.protocol
         self._reader = reader
         self._stock = connection.doRead
-        self._afterLiteral = False
+        self._shortAfter = afterLiteral
+        self._afterLiteral = 0
 
     def doRead(self) -> Any:
         """
         Read what the socket holds, up to C{bufferSize} octets in all: the
         literal being read in place, else as Twisted reads (the read after
-        a literal short).
+        a literal short, if asked).
 
         @return: as Twisted's C{doRead}: L{None}, or why the connection
             ended.
@@ -72,8 +81,8 @@ class InPlaceReads:
         while budget > 0 and not connection.disconnected:
             space = reader.literalSpace()
             if space is None:
-                size = AFTER_LITERAL if self._afterLiteral else connection.bufferSize
-                self._afterLiteral = False
+                size = self._afterLiteral or connection.bufferSize
+                self._afterLiteral = 0
                 try:
                     data = sock.recv(size)
                 except OSError as se:
@@ -93,7 +102,8 @@ class InPlaceReads:
                 if not got:
                     return main.CONNECTION_DONE
                 reader.literalFilled(got)
-                self._afterLiteral = got == size
+                if got == size:
+                    self._afterLiteral = self._shortAfter
             if got < size:
                 # The socket is empty (most likely): back to the reactor.
                 return None
