@@ -456,10 +456,11 @@ class TLSReceiver:
         While the protocol reads a FETCH literal it can take in place
         (C{literalSpace}, L{imapmig.imap.responses.ResponseReader}), OpenSSL
         decrypts straight into the literal's final buffer: no copy into the
-        shared buffer, none into C{bytes}, none into the body.  After such
-        a literal ends, the next read is short (L{AFTER_LITERAL}): the line
-        that ends its response and the next one's first line, so that
-        little of the next literal goes the long way.
+        shared buffer, none into C{bytes}, none into the body.  That is the
+        rest of each literal that the shared buffer's size cut.  (A short
+        read after each such literal, to read the next one all in place,
+        cost more in Python than the copies it saved: bench/results/s2s.md,
+        round 5.)
         """
         protocol: Any = self._protocol
         if not protocol._handshakeDone:
@@ -468,7 +469,6 @@ class TLSReceiver:
         connection = protocol._tlsConnection
         wrapped = protocol.wrappedProtocol
         literalSpace = getattr(wrapped, "literalSpace", None)
-        size = len(_RECEIVING.buffer)
         while not protocol._lostTLSConnection:
             space = literalSpace() if literalSpace is not None else None
             if space is not None:
@@ -476,15 +476,11 @@ class TLSReceiver:
                 octets, failure = _decryptedInto(connection, space)
                 if octets and not protocol._aborted:
                     wrapped.literalFilled(octets)
-                # The literal done, its response's end and the next one's
-                # start are short.
-                size = AFTER_LITERAL if octets == wanted else len(_RECEIVING.buffer)
             else:
-                wanted = size
-                octets, failure = _decrypted(connection, size)
+                wanted = len(_RECEIVING.buffer)
+                octets, failure = _decrypted(connection, wanted)
                 if octets and not protocol._aborted:
                     ProtocolWrapper.dataReceived(protocol, _RECEIVING.view[:octets].tobytes())
-                size = len(_RECEIVING.buffer)
             if failure is None:
                 if octets < wanted:
                     break
@@ -496,16 +492,6 @@ class TLSReceiver:
             else:
                 protocol._tlsShutdownFinished(failure)
         protocol._flushSendBIO()
-
-
-AFTER_LITERAL = 512
-"""
-How much plaintext L{TLSReceiver} reads after a literal it decrypted in
-place: the C{)} and CRLF that end its response and the first line of the
-next (C{* 12 FETCH (UID 34 BODY[] {5678}}), whose literal then goes in
-place too.  Whatever else it holds (more of that literal, or other
-responses) takes the common way.
-"""
 
 
 def _decrypted(connection: Any, size: int) -> tuple[int, Failure | None]:
