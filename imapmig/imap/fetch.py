@@ -156,6 +156,22 @@ def _tooLarge(size: int, before: int, limit: int) -> FetchParseError:
     )
 
 
+def _literalEnd(literal: LiteralReading | None, data: bytes, pos: int, end: int) -> bytes:
+    """
+    A literal held in memory that ends at C{end} in C{data}, its octets in
+    this read from C{pos}: the rest of one begun in an earlier read (or
+    read in place) copied into its final buffer, which becomes its
+    C{bytes}; else the read itself (uncopied) or its one slice.
+    """
+    if literal is not None:
+        if end > pos:
+            literal.copy(data, pos, end - pos)
+        return literal.take()
+    if pos == 0 and end == len(data):
+        return data
+    return data[pos:end]
+
+
 class FetchResponseParser:
     """
     Turns untagged C{FETCH} responses, fed a line or a piece of literal at a
@@ -367,22 +383,9 @@ class FetchResponseParser:
             return -1
         end = pos + remaining
         if spool is None:
-            literal = self._literal
-            if literal is not None:
-                # Begun in an earlier read (or read in place): its last
-                # part, if it was not all read in place.
-                if remaining:
-                    literal.copy(data, pos, remaining)
-                self._literal = None
-                body = literal.take()
-            elif pos == 0 and end == len(data):
-                # The read itself, uncopied.
-                body = data
-            else:
-                # Within this read: its one copy.
-                body = data[pos:end]
+            self._stack[-1].append(_literalEnd(self._literal, data, pos, end))
+            self._literal = None
             self._remaining = 0
-            self._stack[-1].append(body)
             self._state = _LINE
             if self._bodyOnly and data.startswith(b")\r\n", end) and self._bodyEnds():
                 # The response ends right behind its literal, in this read:
