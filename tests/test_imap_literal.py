@@ -133,3 +133,34 @@ class LiteralBufferTests(SynchronousTestCase):
                 with view[3:] as rest:
                     self.assertEqual(left.recv_into(rest), 7)
             self.assertEqual(buffer.take(), b"abcdefghij")
+
+
+class FallbackTests(SynchronousTestCase):
+    """
+    Where the C extension was not built, the parser reads literals into
+    the Python twin: the same bodies.
+    """
+
+    def test_parserWithTheTwin(self) -> None:
+        """
+        A literal begun in one read, written in place, and ended in
+        another, read with L{LiteralBufferPython}: the body is exact, and
+        C{bytes}.
+        """
+        from imapmig.imap.fetch import FetchResponseParser
+
+        self.patch(literal, "LiteralBuffer", LiteralBufferPython)
+        items: list[Any] = []
+        parser = FetchResponseParser(items.append)
+        body = b"\x00\r\n\xff" * 3000
+        parser.lineReceived(b"* 1 FETCH (UID 4 BODY[] {%d}" % len(body))
+        self.assertEqual(parser.literalAt(body[:100], 0), -1)
+        space = parser.literalSpace()
+        assert space is not None
+        space[:10_000] = body[100:10_100]
+        space.release()
+        self.assertFalse(parser.literalFilled(10_000))
+        self.assertEqual(parser.literalAt(body[10_100:] + b")\r\n", 0), len(body) - 10_100 + 3)
+        [item] = items
+        self.assertIs(type(item.body), bytes)
+        self.assertEqual(item.body, body)
