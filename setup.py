@@ -1,11 +1,13 @@
 """
 The build's one part setup.cfg cannot say: the C extensions
 imapmig.mail._octets (imapmig/mail/_octets.c and _crlf.c, the one pass
-over a message's octets) and imapmig.sources._listing
-(imapmig/sources/_listing.c, a listed file's size and mtime).  They are optional: without a C compiler or
-Python's headers the build goes on without them, and imapmig.mail.octets
-and imapmig.sources.local use their Python twins (docs/install.md says what
-the compiler buys).
+over a message's octets), imapmig.sources._listing
+(imapmig/sources/_listing.c, a listed file's size and mtime) and
+imapmig.imap._literal (imapmig/imap/_literal.c, a FETCH literal read into
+its final bytes).  They are optional: without a C compiler or Python's
+headers the build goes on without them, and imapmig.mail.octets,
+imapmig.sources.local and imapmig.imap.literal use their Python twins
+(docs/install.md says what the compiler buys).
 """
 
 from setuptools import Extension, setup
@@ -22,6 +24,11 @@ setup(
             "imapmig.sources._listing",
             sources=["imapmig/sources/_listing.c"],
             depends=["imapmig/_fsname.h"],
+            optional=True,
+        ),
+        Extension(
+            "imapmig.imap._literal",
+            sources=["imapmig/imap/_literal.c"],
             optional=True,
         ),
     ]

@@ -432,6 +432,100 @@ class ParserTests(SynchronousTestCase):
         self.assertEqual(len(body2), size)
         self.assertEqual(hashlib.sha256(body2).digest(), hashlib.sha256(body).digest())
 
+    def test_literalInPlace(self) -> None:
+        """
+        A literal spanning reads is read into its final C{bytes}: the part
+        of a read that holds its start is copied in (L{literalAt}), the rest
+        written in place through L{literalSpace} in pieces (8-bit octets,
+        NUL, a CR at a piece's edge) and counted with L{literalFilled};
+        the body is exactly what was sent, and a C{bytes}.
+        """
+        body = b"\x00\xff\r" + messageOf(40_000) + b"\r"
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        self.assertIsNone(parser.literalSpace())
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {%d}" % len(body))
+        self.assertEqual(parser.literalAt(b"xx" + body[:1000], 2), -1)
+        written = 1000
+        for size in (1, 4095, 30_000, len(body) - 35_096):
+            space = parser.literalSpace()
+            assert space is not None
+            self.assertEqual(len(space), len(body) - written)
+            space[:size] = body[written : written + size]
+            space.release()
+            written += size
+            self.assertEqual(parser.literalFilled(size), written == len(body))
+        # All in: the parser waits for what follows, which ends it.
+        self.assertTrue(parser.wantsLiteral)
+        self.assertEqual(parser.literalRemaining, 0)
+        self.assertIsNone(parser.literalSpace())
+        self.assertEqual(sink.items, [])
+        self.assertEqual(parser.bodiesAt(b")\r\n* 2 FETCH (UID 8 BODY[] {2}\r\nok)\r\n", 0,
+                                         lambda: True), 37)  # fmt: skip
+        self.assertFalse(parser.inResponse)
+        item, second = sink.items
+        self.assertEqual(second.body, b"ok")
+        self.assertIs(type(item.body), bytes)
+        self.assertEqual(item.body, body)
+
+    def test_literalInPlaceFromItsStart(self) -> None:
+        """
+        A literal announced at the end of a read can be read in place from
+        its first octet; the response's end then comes as a line.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {5}")
+        space = parser.literalSpace()
+        assert space is not None
+        space[:] = b"hello"
+        space.release()
+        self.assertTrue(parser.literalFilled(5))
+        # What follows is a line: the literal ends, the line goes on.
+        self.assertEqual(parser.literalAt(b" FLAGS ()", 0), 0)
+        self.assertFalse(parser.wantsLiteral)
+        parser.lineReceived(b" FLAGS ())")
+        self.assertEqual([(i.uid, i.body, i.flags) for i in sink.items], [(7, b"hello", ())])
+
+    def test_literalInPlaceThenLiteralAt(self) -> None:
+        """
+        Part of a literal read in place, the rest in a read with what
+        follows it: the rest is copied in after it, and the response ends
+        in that read.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {5}")
+        space = parser.literalSpace()
+        assert space is not None
+        space[:2] = b"he"
+        space.release()
+        self.assertFalse(parser.literalFilled(2))
+        self.assertEqual(parser.literalAt(b"llo)\r\n", 0), 6)
+        self.assertEqual([(i.uid, i.body) for i in sink.items], [(7, b"hello")])
+
+    def test_spooledLiteralNotInPlace(self) -> None:
+        """
+        A literal spooled to a file is not read in place.
+        """
+        parser = FetchResponseParser(Collected(), FetchLimits(spoolAbove=10))
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {50}")
+        self.assertIsNone(parser.literalSpace())
+        parser.reset()
+
+    def test_resetMidLiteralInPlace(self) -> None:
+        """
+        A connection lost while a literal was read in place: the parser
+        forgets it, and the next response is read afresh.
+        """
+        sink = Collected()
+        parser = FetchResponseParser(sink)
+        parser.lineReceived(b"* 1 FETCH (UID 7 BODY[] {5}")
+        parser.literalAt(b"ab", 0)
+        parser.reset()
+        self.assertIsNone(parser.literalSpace())
+        self.assertEqual(self.parse(b"* 1 FETCH (UID 8 BODY[] {2}\r\nok)\r\n")[0].body, b"ok")
+
     def test_restAfterLiteral(self) -> None:
         """
         The octets that follow a literal in the same read are handed back,
@@ -1050,6 +1144,49 @@ class ClientHookTests(SynchronousTestCase):
         got = sink.items[0].body
         assert got is not None
         self.assertEqual(hashlib.sha256(got).digest(), hashlib.sha256(body).digest())
+
+    def test_literalSpaceThroughClient(self) -> None:
+        """
+        The client offers the rest of a body literal to a transport that
+        reads in place (C{literalSpace}) only while the literal is being
+        read and nothing received waits to be handed over; what it reads
+        there (C{literalFilled}) ends the literal as the same octets
+        received would, and the lines after it are read as usual.
+        """
+        body = messageOf(70_000)
+        client, transport = greeted()
+        sink = Collected()
+        d = client.fetchInto(b"UID FETCH 1 (UID BODY.PEEK[])", sink)
+        self.assertIsNone(client.literalSpace())
+        client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {70000}\r\n" + body[:100])
+        for start, end in ((100, 60_000), (60_000, 70_000)):
+            space = client.literalSpace()
+            assert space is not None
+            self.assertEqual(len(space), 70_000 - start)
+            space[: end - start] = body[start:end]
+            space.release()
+            client.literalFilled(end - start)
+        self.assertIsNone(client.literalSpace())
+        client.dataReceived(b")\r\n0001 OK done\r\n")
+        self.successResultOf(d)
+        self.assertEqual([(i.uid, i.body) for i in sink.items], [(1, body)])
+        self.assertFalse(transport.disconnecting)
+
+    def test_noLiteralSpaceWhilePaused(self) -> None:
+        """
+        While the client's reading is paused, nothing is read in place
+        (what is read meanwhile waits, in order).
+        """
+        client, transport = greeted()
+        client.fetchInto(b"UID FETCH 1 (UID BODY.PEEK[])", Collected())
+        client.dataReceived(b"* 1 FETCH (UID 1 BODY[] {10}\r\nab")
+        self.assertIsNotNone(client.literalSpace())
+        client.pauseProducing()
+        self.assertIsNone(client.literalSpace())
+        client.resumeProducing()
+        space = client.literalSpace()
+        assert space is not None
+        space.release()
 
     def test_sendCollecting(self) -> None:
         """

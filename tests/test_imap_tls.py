@@ -48,6 +48,7 @@ from imapmig.errors import (
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.opening import openSession
 from imapmig.imap import tls
+from imapmig.imap.literal import LiteralBuffer
 from imapmig.imap.tls import (
     SEND_CHUNK,
     HandshakeClosed,
@@ -898,6 +899,41 @@ class _Reads(Protocol):
         self.reason = reason
 
 
+class _LiteralReads(_Reads):
+    """
+    A L{_Reads} that takes a literal it was told to expect in place, as
+    L{imapmig.imap.responses.ResponseReader} does: each piece written in
+    place is kept in C{inPlace}.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inPlace: list[int] = []
+        self.literal: bytes | None = None
+        self._buffer: LiteralBuffer | None = None
+        self._view: memoryview | None = None
+        self._filled = 0
+
+    def expect(self, size: int) -> None:
+        self._buffer = LiteralBuffer(size)
+        self._view = memoryview(self._buffer)
+        self._filled = 0
+
+    def literalSpace(self) -> memoryview | None:
+        if self._view is None:
+            return None
+        return self._view[self._filled :]
+
+    def literalFilled(self, octets: int) -> None:
+        assert self._view is not None and self._buffer is not None
+        self.inPlace.append(octets)
+        self._filled += octets
+        if self._filled == len(self._view):
+            self._view.release()
+            self.literal = self._buffer.take()
+            self._view = self._buffer = None
+
+
 class ReceiverTests(_TLSPairCase):
     """
     L{TLSReceiver}: what one read brings reaches the protocol as one piece,
@@ -980,6 +1016,25 @@ class ReceiverTests(_TLSPairCase):
             client.dataReceived(wire[start : start + 5000])
         self.assertEqual(written, [])
         self.assertEqual(b"".join(reads.pieces), data)
+        self.assertIsNone(reads.reason)
+
+    def test_literalInPlace(self) -> None:
+        """
+        While the protocol reads a literal in place, OpenSSL decrypts into
+        its buffer (nothing of it handed to C{dataReceived}), across
+        records and reads cut anywhere; what follows it comes as usual.
+        """
+        reads = _LiteralReads()
+        body = bytes(range(256)) * 200 + b"\r"
+        after = b")\r\n" + b"x" * 2000
+        client, wire = self._wire(reads, body + after)
+        reads.expect(len(body))
+        for start in range(0, len(wire), 5000):
+            client.dataReceived(wire[start : start + 5000])
+        self.assertEqual(reads.literal, body)
+        self.assertIs(type(reads.literal), bytes)
+        self.assertEqual(sum(reads.inPlace), len(body))
+        self.assertEqual(b"".join(reads.pieces), after)
         self.assertIsNone(reads.reason)
 
     def test_afterTheEnd(self) -> None:

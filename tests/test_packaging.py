@@ -217,6 +217,7 @@ class WheelTests(SynchronousTestCase):
             "twisted/plugins/imapmig_plugin.py",
             "imapmig/mail/_octets.pyi",
             "imapmig/sources/_listing.pyi",
+            "imapmig/imap/_literal.pyi",
         ):
             self.assertIn(name, self.names)
 
@@ -226,10 +227,11 @@ class WheelTests(SynchronousTestCase):
         pass over messages' octets and the listing's file status
         (imapmig/mail/_octets.c and imapmig/sources/_listing.c built;
         without them, the build goes on and imapmig uses their Python
-        twins), and not their sources.
+        twins), and not their sources; so the FETCH literal buffer
+        (imapmig/imap/_literal.c).
         """
         headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-        for module in ("imapmig/mail/_octets", "imapmig/sources/_listing"):
+        for module in ("imapmig/mail/_octets", "imapmig/sources/_listing", "imapmig/imap/_literal"):
             built = [name for name in self.names if name.startswith(module + ".")]
             if shutil.which(os.environ.get("CC", "gcc")) and headers.exists():
                 self.assertEqual(len([name for name in built if name.endswith(".so")]), 1, built)

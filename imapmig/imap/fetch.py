@@ -7,8 +7,13 @@ the result a character at a time (C{parseNestedParens}): fine for a flag
 list, hopeless for a body of megabytes.  L{FetchResponseParser} instead
 takes the short, non-literal parts of a response line by line, and the
 octets of each literal as they arrive, in as many pieces as the transport
-delivers.  Literal octets are kept as a list of chunks, never looked at,
-and joined once when the literal is complete (the only copy); the lines
+delivers.  Literal octets are never looked at: a literal within one read
+is sliced off it (its one copy; none when it is the whole read), one that
+spans reads is read into its final C{bytes}, allocated once at its size
+(L{imapmig.imap.literal.LiteralBuffer}): the parts of reads that hold it
+are copied in, and the rest can be read straight into it by the
+transport (L{FetchResponseParser.literalSpace}: C{recv_into}, OpenSSL's
+C{SSL_read}), with no copy in Python at all; the lines
 around them are split by a small tokenizer (L{imapmig.imap.syntax}: atoms,
 quoted strings with backslash escapes, parenthesised lists, C{NIL}, C{{N}}
 and C{~{N}} literals); each response becomes a L{FetchedItem}
@@ -34,7 +39,7 @@ with L{FetchParseError} (the client then drops the connection).  A
 literal of message data larger than L{FetchLimits.spoolAbove} is written
 to an unlinked temporary file as it arrives (a L{SpooledLiteral}, in
 L{FetchedItem.spooled}), never held in memory; literals up to that size
-stay one buffer each, joined once when complete.
+stay one buffer each.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from attrs import evolve, frozen
 
 from imapmig.errors import FetchParseError, FetchSpoolError
 from imapmig.imap.fetcheditem import FetchedItem, isMessageData, itemOf, listedItem, madeItem
+from imapmig.imap.literal import LiteralReading
 from imapmig.imap.spool import SpooledLiteral
 from imapmig.imap.syntax import Value, scan
 
@@ -150,6 +156,22 @@ def _tooLarge(size: int, before: int, limit: int) -> FetchParseError:
     )
 
 
+def _literalEnd(literal: LiteralReading | None, data: bytes, pos: int, end: int) -> bytes:
+    """
+    A literal held in memory that ends at C{end} in C{data}, its octets in
+    this read from C{pos}: the rest of one begun in an earlier read (or
+    read in place) copied into its final buffer, which becomes its
+    C{bytes}; else the read itself (uncopied) or its one slice.
+    """
+    if literal is not None:
+        if end > pos:
+            literal.copy(data, pos, end - pos)
+        return literal.take()
+    if pos == 0 and end == len(data):
+        return data
+    return data[pos:end]
+
+
 class FetchResponseParser:
     """
     Turns untagged C{FETCH} responses, fed a line or a piece of literal at a
@@ -176,7 +198,7 @@ class FetchResponseParser:
         "_sequence",
         "_stack",
         "_root",
-        "_chunks",
+        "_literal",
         "_remaining",
         "_spool",
         "_spooled",
@@ -200,7 +222,9 @@ class FetchResponseParser:
         self._sequence = 0
         self._root: list[Value] = []
         self._stack: list[list[Value]] = []
-        self._chunks: list[bytes | memoryview] = []
+        # The literal in progress, read into its final bytes (when it does
+        # not lie within one read).
+        self._literal: LiteralReading | None = None
         self._remaining = 0
         self._spool: SpooledLiteral | None = None
         self._spooled: list[tuple[int, bytes, SpooledLiteral]] = []
@@ -267,7 +291,9 @@ class FetchResponseParser:
         self._state = _IDLE
         self._root = []
         self._stack = []
-        self._chunks = []
+        literal, self._literal = self._literal, None
+        if literal is not None:
+            literal.drop()
         self._remaining = 0
         spool, self._spool = self._spool, None
         if spool is not None:
@@ -327,9 +353,10 @@ class FetchResponseParser:
     def literalAt(self, data: bytes, pos: int) -> int:
         """
         Octets of the current literal: C{data} from C{pos} on, and perhaps
-        what follows the literal.  Nothing of C{data} is copied (the
-        literal is joined once, when complete): a reader that keeps its
-        read and a position in it hands the rest over without slicing.
+        what follows the literal.  Only the literal's octets are copied
+        (into its final buffer, or sliced off C{data}): a reader that
+        keeps its read and a position in it hands the rest over without
+        slicing.
 
         @param pos: where the literal's octets start in C{data} (at most
             C{len(data)}).
@@ -348,35 +375,25 @@ class FetchResponseParser:
         spool = self._spool
         if available < remaining:
             if available:
-                piece: bytes | memoryview = memoryview(data)[pos:] if pos else data
                 if spool is None:
-                    self._chunks.append(piece)
+                    self._reading().copy(data, pos, available)
                 else:
-                    self._write(spool, piece)
+                    self._write(spool, memoryview(data)[pos:] if pos else data)
             self._remaining = remaining - available
             return -1
         end = pos + remaining
-        if pos == 0 and end == len(data):
-            piece = data
-        else:
-            piece = memoryview(data)[pos:end]
-        self._remaining = 0
         if spool is None:
-            chunks = self._chunks
-            if chunks:
-                chunks.append(piece)
-                self._chunks = []
-                self._stack[-1].append(b"".join(chunks))
-            else:
-                # One piece: the read itself (uncopied), or its one copy.
-                self._stack[-1].append(piece if type(piece) is bytes else bytes(piece))
+            self._stack[-1].append(_literalEnd(self._literal, data, pos, end))
+            self._literal = None
+            self._remaining = 0
             self._state = _LINE
             if self._bodyOnly and data.startswith(b")\r\n", end) and self._bodyEnds():
                 # The response ends right behind its literal, in this read:
                 # its item is made here, with no trip through line mode.
                 return end + 3
         else:
-            self._write(spool, piece)
+            self._remaining = 0
+            self._write(spool, memoryview(data)[pos:end] if pos or end < len(data) else data)
             self._spool = None
             root = self._root
             name = root[-1]
@@ -385,6 +402,52 @@ class FetchResponseParser:
             root.append(b"")
         self._state = _LINE
         return end
+
+    def literalSpace(self) -> memoryview | None:
+        """
+        Where the rest of the current literal goes, for a reader that can
+        read it in place (C{recv_into} on the socket, OpenSSL's
+        C{SSL_read}): a writable view of the literal's final buffer from
+        the first octet still to come, as long as what is still to come;
+        or L{None} when no literal held in memory is being read, or all of
+        it is in (the next octets go to L{literalAt}).  The reader writes
+        some of the view from its start, releases the view (C{release()}:
+        the buffer cannot become C{bytes} while a view of it is held),
+        then says how many octets it wrote (L{literalFilled}).
+        """
+        if self._state != _LITERAL or self._spool is not None or not self._remaining:
+            return None
+        return self._reading().space()
+
+    def literalFilled(self, octets: int) -> bool:
+        """
+        C{octets} (at least one, at most L{literalRemaining}) were written
+        at the start of the view L{literalSpace} gave, now released.
+
+        A literal read in place to its end is still awaited
+        (L{wantsLiteral}, none of it L{literalRemaining}): the octets that
+        follow it go to L{literalAt} (or L{bodiesAt}), which ends it there,
+        and ends a body response whose C{)} follows at once, and reads the
+        body responses after it, as for a literal read in a read.
+
+        @return: whether all of the literal is in.
+        """
+        literal = self._literal
+        assert literal is not None
+        literal.filled += octets
+        remaining = self._remaining - octets
+        self._remaining = remaining
+        return not remaining
+
+    def _reading(self) -> LiteralReading:
+        """
+        The final buffer of the literal being read, allocated when first
+        needed (all of its L{_remaining} octets then still to come).
+        """
+        literal = self._literal
+        if literal is None:
+            literal = self._literal = LiteralReading(self._remaining)
+        return literal
 
     def bodiesAt(self, data: bytes, pos: int, proceed: Callable[[], bool]) -> int:
         """

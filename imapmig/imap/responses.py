@@ -272,6 +272,45 @@ class ResponseReader(IMAPConnection):
         self.setLineMode()
         return end
 
+    def literalSpace(self) -> memoryview | None:
+        """
+        Where a transport that can read in place (L{imapmig.imap.inplace})
+        puts the next octets it reads: the rest of the FETCH literal being
+        read, in its final buffer (L{FetchResponseParser.literalSpace});
+        or L{None}, when the next octets are to be handed to
+        L{dataReceived}: no such literal, the connection compressed,
+        closing or paused, or octets received before still to be handed
+        over (which come first).
+        """
+        if (
+            self.line_mode
+            or self._compression is not None
+            or self._lost is not None
+            or self._queued
+            or self._receiving
+            or self.paused
+        ):
+            return None
+        return self._fetchParser.literalSpace()
+
+    def literalFilled(self, octets: int) -> None:
+        """
+        C{octets} (at least one) were read into the view L{literalSpace}
+        gave, now released: as if they had come to L{dataReceived}.
+        """
+        acks = self._acks
+        if acks is not None:
+            acks.rearm()
+        deadline = self._deadline
+        if deadline is not None:
+            deadline.received(octets)
+        try:
+            # Complete or not, what comes next goes to the parser as raw
+            # octets: the end of the literal's response (L{rawDataFrom}).
+            self._fetchParser.literalFilled(octets)
+        except Exception:
+            self._bug()
+
     def _readingOn(self) -> bool:
         """
         Whether what was received is still to be handed over: not once

@@ -452,18 +452,37 @@ class TLSReceiver:
         """
         Hand the protocol the plaintext OpenSSL can give now, then send
         what reading made OpenSSL write (Twisted's C{_flushReceiveBIO}).
+
+        While the protocol reads a FETCH literal it can take in place
+        (C{literalSpace}, L{imapmig.imap.responses.ResponseReader}), OpenSSL
+        decrypts straight into the literal's final buffer: no copy into the
+        shared buffer, none into C{bytes}, none into the body.  That is the
+        rest of each literal that the shared buffer's size cut.  (A short
+        read after each such literal, to read the next one all in place,
+        cost more in Python than the copies it saved: bench/results/s2s.md,
+        round 5.)
         """
         protocol: Any = self._protocol
         if not protocol._handshakeDone:
             TLSMemoryBIOProtocol._flushReceiveBIO(protocol)
             return
         connection = protocol._tlsConnection
+        wrapped = protocol.wrappedProtocol
+        literalSpace = getattr(wrapped, "literalSpace", None)
         while not protocol._lostTLSConnection:
-            octets, failure = _decrypted(connection)
-            if octets and not protocol._aborted:
-                ProtocolWrapper.dataReceived(protocol, _RECEIVING.view[:octets].tobytes())
+            space = literalSpace() if literalSpace is not None else None
+            if space is not None:
+                wanted = len(space)
+                octets, failure = _decryptedInto(connection, space)
+                if octets and not protocol._aborted:
+                    wrapped.literalFilled(octets)
+            else:
+                wanted = len(_RECEIVING.buffer)
+                octets, failure = _decrypted(connection, wanted)
+                if octets and not protocol._aborted:
+                    ProtocolWrapper.dataReceived(protocol, _RECEIVING.view[:octets].tobytes())
             if failure is None:
-                if octets < len(_RECEIVING.buffer):
+                if octets < wanted:
                     break
                 continue
             if isinstance(failure.value, SSL.ZeroReturnError):
@@ -475,18 +494,41 @@ class TLSReceiver:
         protocol._flushSendBIO()
 
 
-def _decrypted(connection: Any) -> tuple[int, Failure | None]:
+def _decrypted(connection: Any, size: int) -> tuple[int, Failure | None]:
     """
     Read into L{_RECEIVING} all the plaintext C{connection} can give now,
-    up to the buffer's size.
+    up to C{size} octets (at most the buffer's size).
 
     @return: the octets read, and L{None} if OpenSSL wants more input (or
-        the buffer is full), else why reading failed (pyOpenSSL's
+        C{size} were read), else why reading failed (pyOpenSSL's
         exception, as its C{recv} raises it).
     """
+    return _readInto(connection, _RECEIVING.pointer, size)
+
+
+def _decryptedInto(connection: Any, space: memoryview) -> tuple[int, Failure | None]:
+    """
+    Read into C{space} (a writable view, released here) all the plaintext
+    C{connection} can give now, up to its size.
+
+    @return: as L{_decrypted}.
+    """
+    pointer = _ffi.from_buffer(space, require_writable=True)
+    try:
+        return _readInto(connection, pointer, len(space))
+    finally:
+        _ffi.release(pointer)
+        space.release()
+
+
+def _readInto(connection: Any, pointer: Any, size: int) -> tuple[int, Failure | None]:
+    """
+    OpenSSL's C{SSL_read} of C{connection} into C{pointer}, up to C{size}
+    octets, as long as it gives some.
+
+    @return: as L{_decrypted}.
+    """
     ssl = connection._ssl
-    pointer = _RECEIVING.pointer
-    size = len(_RECEIVING.buffer)
     total = 0
     while total < size:
         result = _lib.SSL_read(ssl, pointer + total, size - total)

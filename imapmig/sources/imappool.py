@@ -36,6 +36,7 @@ from twisted.internet.defer import Deferred, DeferredLock
 from twisted.logger import Logger
 
 from imapmig.errors import ImapmigError, TransientError
+from imapmig.imap.inplace import readInPlace
 from imapmig.imap.session import IMAPSession
 from imapmig.mail.message import SourceFolder
 from imapmig.sources.imapthrottle import IThrottle
@@ -66,13 +67,15 @@ def widenReads(transport: object, size: int = SOURCE_READ_BYTES) -> bool:
     """
     Have the TCP transport under C{transport} (through an implicit-TLS or
     COMPRESS wrapper; after STARTTLS, the transport itself) read up to
-    C{size} octets at a time.
+    C{size} octets at a time, and, for a plain connection, FETCH literals
+    into their final buffers (L{imapmig.imap.inplace.readInPlace}).
 
     @return: whether a TCP transport was found (not in a test's memory).
     """
     for _ in range(_MAX_WRAPPERS + 1):
         if isinstance(transport, tcp.Connection):
             transport.bufferSize = size
+            readInPlace(transport)
             return True
         transport = getattr(transport, "transport", None)
         if transport is None:
