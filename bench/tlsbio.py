@@ -13,11 +13,19 @@ and reports its own user and system seconds (C{getrusage}) for the sends
 alone, handshake excluded:
 
   - C{memory}: imapmig's way (L{imapmig.imap.tls.TLSSender}): C{SSL_write}
-    into a memory BIO, the records read out at once into one buffer and
-    sent with one C{send};
-  - C{socket}: pyOpenSSL on the socket (C{SSL_set_fd}): no memory BIO, no
+    of each message into a memory BIO and, every L{BATCH} messages (one of
+    the pipeline's flushes), the records read out at once into one buffer
+    and sent with one C{send};
+  - C{socket}: OpenSSL on the socket (C{SSL_set_fd}): no memory BIO, no
     copy in or out of it, and one C{write} per 16 KiB record, since
     cryptography's bindings offer no buffering BIO.
+
+Both call OpenSSL's C{SSL_write} directly, once a message (partial writes
+off, as L{imapmig.imap.tls.streamline} sets them), on a non-blocking
+socket that, when full, is waited on with C{select} as a reactor would
+(round 5; round 3's socket way was pyOpenSSL's C{sendall}, one Python
+call per record, on a blocking socket, and its memory way flushed every
+message).
 
 It prints each run, then the median user, system and total seconds of
 each way.  SUITES, if given, is the writer's TLS 1.3 cipher suites (e.g.
@@ -34,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import select
 import shutil
 import socket
 import ssl
@@ -44,7 +53,12 @@ import tempfile
 from typing import Any, Sequence
 
 MESSAGE_OCTETS = 48_000
-WAYS = ("memory", "socket")
+BATCH = 5
+"""
+The messages the memory way writes a flush: about what one of the
+pipeline's writes holds (its C{WRITE_GATHER}, 256 KiB).
+"""
+WAYS = ("copied", "memory", "socket")
 
 
 def sink(port: int, certificate: str, key: str) -> None:
@@ -83,25 +97,47 @@ def writer(way: str, port: int, messages: int, suites: str | None = None) -> dic
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     message = os.urandom(MESSAGE_OCTETS)
+    pointer = ffi.from_buffer(message)
     if way == "socket":
         connection = SSL.Connection(context, sock)
         connection.set_connect_state()
         connection.do_handshake()
+        lib.SSL_clear_mode(connection._ssl, lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
+        sock.setblocking(False)
+        ssl_ = connection._ssl
         before = resource.getrusage(resource.RUSAGE_SELF)
         for _ in range(messages):
-            connection.sendall(message)
+            # As a reactor would: a full socket (WANT_WRITE) waits until
+            # writable, then the same write is retried.
+            while lib.SSL_write(ssl_, pointer, len(message)) <= 0:
+                select.select([], [sock], [])
     else:
         connection = SSL.Connection(context, None)
         connection.set_connect_state()
         lib.SSL_clear_mode(connection._ssl, lib.SSL_MODE_ENABLE_PARTIAL_WRITE)
         buffer = bytearray(1 << 18)
-        pointer, view = ffi.from_buffer(buffer), memoryview(buffer)
+        scratch, view = ffi.from_buffer(buffer), memoryview(buffer)
+        data = ffi.new("char **")
+
+        def sendAll(records: memoryview) -> None:
+            sent = 0
+            while sent < len(records):
+                try:
+                    sent += sock.send(records[sent:])
+                except BlockingIOError:
+                    select.select([], [sock], [])
 
         def flush() -> None:
             bio = connection._from_ssl
-            while (pending := lib.BIO_get_mem_data(bio, ffi.NULL)) > 0:
-                got = lib.BIO_read(bio, pointer, min(pending, len(buffer)))
-                sock.sendall(view[:got])
+            if way == "copied":
+                while (pending := lib.BIO_get_mem_data(bio, ffi.NULL)) > 0:
+                    got = lib.BIO_read(bio, scratch, min(pending, len(buffer)))
+                    sendAll(view[:got])
+                return
+            while (pending := lib.BIO_get_mem_data(bio, data)) > 0:
+                pointer = data[0]
+                sendAll(memoryview(ffi.buffer(pointer, pending)))
+                lib.BIO_read(bio, pointer, pending)
 
         while True:
             try:
@@ -111,11 +147,13 @@ def writer(way: str, port: int, messages: int, suites: str | None = None) -> dic
                 flush()
                 connection.bio_write(sock.recv(1 << 16))
         flush()
+        sock.setblocking(False)
         before = resource.getrusage(resource.RUSAGE_SELF)
         ssl_ = connection._ssl
-        for _ in range(messages):
-            lib.SSL_write(ssl_, ffi.from_buffer(message), len(message))
-            flush()
+        for done in range(1, messages + 1):
+            lib.SSL_write(ssl_, pointer, len(message))
+            if done % BATCH == 0 or done == messages:
+                flush()
     after = resource.getrusage(resource.RUSAGE_SELF)
     sock.close()
     return {

@@ -14,6 +14,7 @@ import socket
 from typing import Any, Callable
 
 from OpenSSL import SSL
+from OpenSSL._util import ffi as _ffi, lib as _lib
 from twisted.internet import reactor as globalReactor, tcp
 from twisted.internet.address import IPv4Address
 from twisted.internet.defer import Deferred
@@ -743,9 +744,36 @@ class SenderTests(_TLSPairCase):
         client.writeSequence([b"A1 APPEND INBOX {3145728+}\r\n", body, b"\r\n"])
         self.assertGreaterEqual(len(writes), 3)
         self.assertLessEqual(max(writes), SEND_CHUNK)
-        self.assertLessEqual(len(tls._SENDING.buffer), SEND_CHUNK)
+        self.assertEqual(_lib.BIO_get_mem_data(client._tlsConnection._from_ssl, _ffi.NULL), 0)
         pump.flush()
         self.assertEqual(received.received, b"A1 APPEND INBOX {3145728+}\r\n" + body + b"\r\n")
+
+    def test_writtenDuringTheSend(self) -> None:
+        """
+        A write made while the records of the one before are being handed
+        to the transport (the transport calling back into the protocol)
+        is sent after them, once, and the records handed over are dropped
+        from the memory BIO though the write moved them: the server reads
+        every octet once, in order.
+        """
+        client, received, pump, clock = self._connected()
+        transport: Any = client.transport
+        write = transport.write
+        writes: list[bytes] = []
+
+        def reentrantWrite(data: bytes) -> None:
+            writes.append(data)
+            if len(writes) == 1:
+                client.writeSequence([b"A2 APPEND INBOX {20000+}\r\n", b"z" * 20000, b"\r\n"])
+            write(data)
+
+        transport.write = reentrantWrite
+        client.writeSequence([b"A1 APPEND INBOX {30000+}\r\n", b"y" * 30000, b"\r\n"])
+        self.assertEqual(len(writes), 2)
+        self.assertEqual(_lib.BIO_get_mem_data(client._tlsConnection._from_ssl, _ffi.NULL), 0)
+        pump.flush()
+        self.assertEqual(received.received, b"A1 APPEND INBOX {30000+}\r\n" + b"y" * 30000
+                         + b"\r\nA2 APPEND INBOX {20000+}\r\n" + b"z" * 20000 + b"\r\n")  # fmt: skip
 
     def test_beforeHandshake(self) -> None:
         """
@@ -1125,6 +1153,57 @@ def _decrypted(connection: SSL.Connection) -> bytes:
     The plaintext an in-memory OpenSSL connection can read now.
     """
     return _readAll(connection.recv)
+
+
+class ConsumeTests(SynchronousTestCase):
+    """
+    L{tls._consume}: the first octets of a memory BIO, already sent from
+    its own buffer, are dropped; the rest stay, in order.
+    """
+
+    def _bio(self, octets: bytes) -> Any:
+        """
+        A memory BIO holding C{octets}, freed after the test.
+        """
+        bio = _lib.BIO_new(_lib.BIO_s_mem())
+        self.addCleanup(_lib.BIO_free, bio)
+        _lib.BIO_write(bio, octets, len(octets))
+        return bio
+
+    def _unread(self, bio: Any) -> tuple[Any, bytes]:
+        """
+        The address of C{bio}'s unread octets, and those octets.
+        """
+        where = _ffi.new("char **")
+        size = _lib.BIO_get_mem_data(bio, where)
+        return where[0], _ffi.buffer(where[0], size)[:]
+
+    def test_inPlace(self) -> None:
+        """
+        Octets still where they were are dropped in place: the octets
+        there are unchanged, and the BIO holds the rest.
+        """
+        bio = self._bio(bytes(range(256)) * 40)
+        unread, octets = self._unread(bio)
+        tls._consume(bio, unread, 10000)
+        self.assertEqual(_ffi.buffer(unread, 10240)[:], octets)
+        self.assertEqual(self._unread(bio)[1], octets[10000:])
+        tls._consume(bio, self._unread(bio)[0], 240)
+        self.assertEqual(self._unread(bio)[1], b"")
+
+    def test_moved(self) -> None:
+        """
+        Octets moved since they were sent (the BIO written to meanwhile)
+        are dropped from where they are now, what was written after them
+        kept.
+        """
+        bio = self._bio(b"a" * 5000)
+        unread, octets = self._unread(bio)
+        tls._consume(bio, unread, 1000)
+        sentFrom = self._unread(bio)[0]
+        _lib.BIO_write(bio, b"b" * 100000, 100000)
+        tls._consume(bio, sentFrom, 4000)
+        self.assertEqual(self._unread(bio)[1], b"b" * 100000)
 
 
 class OtherTransportTests(SynchronousTestCase):

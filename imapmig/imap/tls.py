@@ -94,18 +94,17 @@ class _Scratch:
             self.pointer = _ffi.from_buffer(self.buffer)
 
 
-_SENDING = _Scratch(2**18)
+_UNREAD = _ffi.new("char **")
 """
-What L{TLSSender.flush} reads the records into: about what one of the
-pipeline's writes makes (its C{WRITE_GATHER}, and the records' overhead).
+Where C{BIO_get_mem_data} puts the address of a memory BIO's unread
+octets, for L{TLSSender.flush} (one for the process: the reactor runs one
+flush at a time, and each reads it at once).
 """
 
 SEND_CHUNK = 2**20
 """
-The most L{TLSSender.flush} reads from OpenSSL's memory BIO at a time: a
-message of many megabytes leaves in chunks of this size, so the shared
-buffer never grows past it (or past L{_SENDING}'s first size) for the
-life of the process.
+The most L{TLSSender.flush} sends from OpenSSL's memory BIO at a time: a
+message of many megabytes leaves in chunks of this size.
 """
 
 _RECEIVING = _Scratch(2**18)
@@ -219,10 +218,10 @@ class TLSSender:
     (L{TLSMemoryBIOProtocol}), made by L{streamline}: each
     C{writeSequence} goes to OpenSSL piece by piece (a message body in
     place, the short pieces between bodies joined), and the records OpenSSL
-    made are read out of its memory BIO at once, into a buffer shared by
-    every connection, and sent to the socket with one C{send}
-    (L{imapmig.imap.gather.sendNow}) when the TCP transport holds nothing
-    unsent, else handed to it.
+    made are sent from OpenSSL's memory BIO itself, all at once, to the
+    socket with one C{send} (L{imapmig.imap.gather.sendNow}) when the TCP
+    transport holds nothing unsent, else handed to it (copied), then
+    dropped from the BIO without a copy (L{_consume}).
 
     Twisted's own path copies every octet four more times: the join of the
     sequence, the small-write aggregator's copy and join (and a write put
@@ -241,6 +240,7 @@ class TLSSender:
     def __init__(self, protocol: TLSMemoryBIOProtocol) -> None:
         self._protocol = protocol
         self._joined: Any = protocol.writeSequence
+        self._flushing = False
         self.direct = 0
 
     def writeSequence(self, pieces: Sequence[Piece]) -> None:
@@ -282,27 +282,36 @@ class TLSSender:
         """
         Send what OpenSSL has written to its memory BIO (Twisted's
         C{_flushSendBIO}, without a Python call per record or a copy into
-        C{bytes}).
+        C{bytes}): sent from the BIO's own memory (C{BIO_get_mem_data}),
+        not read out of it first (C{BIO_read}, a copy of every octet), then
+        dropped from it (L{_consume}).
+
+        A flush called while one runs (the transport calling back into the
+        protocol as it takes the records) returns at once: the one running
+        sends what was added, after what it was sending.
         """
         protocol: Any = self._protocol
         connection = protocol._tlsConnection
-        if connection is None:
+        if connection is None or self._flushing:
             return
-        bio = connection._from_ssl
-        pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
-        while pending > 0:
-            pending = min(pending, SEND_CHUNK)
-            _SENDING.reserve(pending)
-            got = _lib.BIO_read(bio, _SENDING.pointer, pending)
-            if got <= 0:
-                return
-            self._send(_SENDING.view[:got])
-            pending = _lib.BIO_get_mem_data(bio, _ffi.NULL)
+        self._flushing = True
+        try:
+            bio = connection._from_ssl
+            pending = _lib.BIO_get_mem_data(bio, _UNREAD)
+            while pending > 0:
+                pending = min(pending, SEND_CHUNK)
+                unread = _UNREAD[0]
+                self._send(memoryview(_ffi.buffer(unread, pending)))
+                _consume(bio, unread, pending)
+                pending = _lib.BIO_get_mem_data(bio, _UNREAD)
+        finally:
+            self._flushing = False
 
     def _send(self, records: memoryview) -> None:
         """
-        Send C{records} (a view of the shared buffer, which the next flush
-        overwrites) to the socket, or hand a copy to the TCP transport.
+        Send C{records} (a view of the memory BIO's buffer, which its next
+        write may move or overwrite) to the socket, or hand a copy to the
+        TCP transport: nothing keeps the view once this returns.
         """
         transport: Any = self._protocol.transport
         connection = getattr(transport, "_connection", transport)  # under STARTTLS: _BypassTLS
@@ -312,6 +321,23 @@ class TLSSender:
                 self.direct += sendNow(sock, [records], transport)
                 return
         transport.write(records.tobytes())
+
+
+def _consume(bio: Any, unread: Any, octets: int) -> None:
+    """
+    Drop the first C{octets} of memory BIO C{bio}'s unread octets, which
+    were at C{unread}: with C{BIO_read} into C{unread} itself, whose copy
+    of each octet onto itself glibc's C{memcpy} (its C{memmove}) skips
+    (ASan allows it too: a copy onto itself overlaps harmlessly), not into
+    another buffer, a copy for nothing.  If they were moved meanwhile (the
+    BIO written to during the send: its next write moves what is unread to
+    the start of its buffer, or grows it elsewhere), they are read out
+    into a throwaway buffer instead.
+    """
+    if _lib.BIO_get_mem_data(bio, _UNREAD) >= octets and _UNREAD[0] == unread:
+        _lib.BIO_read(bio, unread, octets)
+        return
+    _lib.BIO_read(bio, _ffi.new("char[]", octets), octets)
 
 
 def _sendAll(connection: SSL.Connection, record: Piece) -> Piece | None:
