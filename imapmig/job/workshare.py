@@ -54,8 +54,10 @@ class SharedUnits:
         self._minimumShare = minimumShare
         self.stop = stop
         self._units: list[WorkUnit] = []
-        # Messages in self._units, not yet taken by a connection.
+        # Messages in self._units, not yet taken by a connection, and their
+        # octets.
         self._untaken = 0
+        self._untakenOctets = 0
         # By connection, the mailbox it appends to: that of the last share
         # it took.
         self._mailboxes: dict[int, str] = {}
@@ -73,16 +75,29 @@ class SharedUnits:
         """
         self._units.extend(units)
         self._untaken = sum(len(unit.messages) for unit in self._units)
+        self._untakenOctets = sum(unit.octets for unit in self._units)
 
     def take(self, worker: int, current: str | None) -> WorkUnit | None:
         """
         The next share a connection takes: of its C{current} mailbox if it
         can (with other connections at work, while no free mailbox has
-        more left than it by a quarter of a share or more: L{chooseUnit}),
-        else of a mailbox no other connection is appending to; a fair
-        share of what is left, at least the minimum share (L{guidedShare}).
-        Taking it makes its mailbox the connection's own until it takes
-        one of another mailbox or leaves.
+        more octets left than it by a quarter of a share or more:
+        L{chooseUnit}), else of a mailbox no other connection is appending
+        to; a fair share of what is left, at least the minimum share
+        (L{guidedShare}).  Taking it makes its mailbox the connection's own
+        until it takes one of another mailbox or leaves.
+
+        What is left is weighed in octets, and the margin is a quarter of
+        the share, at the average size of the messages left, however small
+        the share: toward the end the connections move to whichever
+        mailbox has the most left, so that no mailbox waits, free, while
+        the others shrink, until it alone holds more than half of what is
+        left (then the connection that ends it ends alone).  The margin
+        was once at least a whole minimum share, in messages: realistic
+        corpus, 2 connections, a connection kept to the 156 messages left
+        of its folder while a free one of about 600 waited, and the other
+        connection, which ended that one alone, ended 150 ms after it
+        (8% of the copy).
 
         A connection never shares another's mailbox: two connections
         appending into one Dovecot Maildir mailbox take turns at its lock
@@ -102,15 +117,18 @@ class SharedUnits:
         inUse = {m for w, m in self._mailboxes.items() if w != worker}
         share = guidedShare(self._untaken, self._connections, self._minimumShare)
         # With other connections at work, a connection moves to a free
-        # mailbox with a quarter of a share (and a batch) more left than
-        # its own: the rests stay even, and the last mailboxes end together.
+        # mailbox with a quarter of a share's octets more left than its
+        # own: the rests stay even, and the last mailboxes end together.
         # Alone, it keeps to its mailbox (no SELECT for nothing).
-        margin = max(self._minimumShare, share // 4) if inUse else None
-        index = chooseUnit(units, current, inUse, margin)
+        margin = None
+        if inUse:
+            margin = share * self._untakenOctets // (4 * max(self._untaken, 1))
+        index = chooseUnit(units, current, inUse, margin, byOctets=True)
         if units[index].mailbox in inUse:
             return None
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
+        self._untakenOctets -= unit.octets
         self._mailboxes[worker] = unit.mailbox
         if not units and not self._exhausted:
             self._exhausted = True
@@ -147,6 +165,7 @@ class SharedUnits:
             rest = WorkUnit(unit.folder, unit.mailbox, unit.messages[fitting:])
             self._units.insert(0, rest)
             self._untaken += len(rest.messages)
+            self._untakenOctets += rest.octets
         if fitting == 0:
             if not self.stop.requested and self.limitReached is None:
                 self.limitReached = budgets.reached(sizes)
@@ -160,6 +179,7 @@ class SharedUnits:
         """
         self._units.clear()
         self._untaken = 0
+        self._untakenOctets = 0
 
     def reset(self) -> None:
         """
