@@ -137,6 +137,36 @@ class SharingTests(SynchronousTestCase):
         self.assertEqual(taken(units, 1, "INBOX").mailbox, "INBOX")
         self.assertEqual(taken(units, 2, "F2019").mailbox, "Archive")
 
+    def test_sharesLeaveNoMailboxWaiting(self) -> None:
+        """
+        With other connections at work, a share is cut so that the largest
+        rest of another free mailbox stays within a connection's part of
+        what is left (what is left less that rest once for each
+        connection, in octets): a larger share left that mailbox waiting
+        while every connection sent something else, and one connection
+        then ended it alone.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 60), unit("B", 80, first=100), unit("C", 85, first=200)])
+        self.assertEqual(len(taken(units, 1, "A").messages), 57)
+        # Left: A 3 (1's), B 80, C 85.  2 takes of C, the largest free;
+        # B waits: of the 168 left, 168 - 2 * 80 = 8, not the guided 42.
+        share = taken(units, 2, None)
+        self.assertEqual((share.mailbox, len(share.messages)), ("C", 8))
+        # 1 moves to B; A (3) waits: 160 - 2 * 3 leaves the guided 40.
+        share = taken(units, 1, "A")
+        self.assertEqual((share.mailbox, len(share.messages)), ("B", 40))
+
+    def test_sharesShrinkToAQuarterMinimum(self) -> None:
+        """
+        A cut share is never below a quarter of the minimum share.
+        """
+        units = SharedUnits(2, 40, RunStop())
+        units.extend([unit("A", 60), unit("B", 80, first=100), unit("C", 85, first=200)])
+        self.assertEqual(len(taken(units, 1, "A").messages), 57)
+        share = taken(units, 2, None)
+        self.assertEqual((share.mailbox, len(share.messages)), ("C", 10))
+
     def test_weighsOctets(self) -> None:
         """
         What is left is weighed in octets, not messages: a free mailbox

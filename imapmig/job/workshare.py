@@ -8,7 +8,9 @@ and the budget found used up that ends the taking.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from bisect import bisect_right
+from itertools import accumulate
+from typing import Callable, Collection, Iterable
 
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
@@ -126,6 +128,8 @@ class SharedUnits:
         index = chooseUnit(units, current, inUse, margin, byOctets=True)
         if units[index].mailbox in inUse:
             return None
+        if inUse:
+            share = self._capped(index, share, inUse)
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
         self._untakenOctets -= unit.octets
@@ -134,6 +138,34 @@ class SharedUnits:
             self._exhausted = True
             self._onExhausted()
         return unit
+
+    def _capped(self, index: int, share: int, inUse: Collection[str]) -> int:
+        """
+        C{share}, cut so that the largest rest of another free mailbox
+        stays within what is left over all connections: at most what is
+        left, less that rest once for each connection, in octets (at
+        least a quarter of the minimum share).  A share larger than that
+        left that mailbox waiting, free, while every connection sent
+        something else, until it alone held more than a connection's part
+        of what was left: one connection then ended it alone (realistic
+        corpus, 2 connections: a whole folder of 614 messages taken in one
+        share while another of 609 waited; that one's connection ended
+        150 ms after the other, 7% of the copy).  Cut this way, the shares
+        shrink toward the end of the job with the work left over all
+        mailboxes, and the last ones end together; a connection that
+        keeps to its mailbox sends them in the same batches.
+        """
+        units = self._units
+        chosen = units[index]
+        left: dict[str, int] = {}
+        for unit in units:
+            if unit.mailbox != chosen.mailbox and unit.mailbox not in inUse:
+                left[unit.mailbox] = left.get(unit.mailbox, 0) + unit.octets
+        if not left:
+            return share
+        room = self._untakenOctets - self._connections * max(left.values())
+        fitting = bisect_right(list(accumulate(m.size for m in chosen.messages[:share])), room)
+        return max(1, self._minimumShare // 4, min(share, fitting))
 
     def leave(self, worker: int) -> None:
         """
