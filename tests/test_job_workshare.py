@@ -107,18 +107,19 @@ class SharingTests(SynchronousTestCase):
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 45), unit("B", 40, first=100), unit("C", 60, first=200)])
         self.assertEqual(len(taken(units, 1, None).messages), 37)
-        # 2 takes of A, cut so that B does not wait (below).
         self.assertEqual(taken(units, 2, None).mailbox, "A")
         # C, 1's, has 23 left; B, free, 40: more than 23 and the margin
         # by far.  1 moves to B.
         self.assertEqual(taken(units, 1, "C").mailbox, "B")
-        # A, 2's, has 31 left; C, free since 1 left it, 23: 2 keeps to A.
-        self.assertEqual(taken(units, 2, "A").mailbox, "A")
-        # B, 1's, has 16 left; C 23: more than the margin (a quarter of a
-        # share of 15: 3 messages).  1 moves to C.
-        self.assertEqual(taken(units, 1, "B").mailbox, "C")
-        # A, 2's, has 19 left; B, free, 16: within the margin, 2 keeps to A.
-        self.assertEqual(taken(units, 2, "A").mailbox, "A")
+        # A, 2's, has 18 left; C, free since 1 left it, 23: more than the
+        # margin (a quarter of a share of 15: 3 messages).  2 moves to C.
+        self.assertEqual(taken(units, 2, "A").mailbox, "C")
+        # B, 1's, has 19 left; A, free, 18: 1 keeps to B.
+        self.assertEqual(taken(units, 1, "B").mailbox, "B")
+        # C has 8 left, A 18: 2 moves to A.
+        self.assertEqual(taken(units, 2, "C").mailbox, "A")
+        # B has 7 left, C 8: within the margin (2), 1 keeps to B.
+        self.assertEqual(taken(units, 1, "B").mailbox, "B")
 
     def test_lastFreeMailboxNotLeftWaiting(self) -> None:
         """
@@ -141,7 +142,7 @@ class SharingTests(SynchronousTestCase):
         With other connections at work, a share is cut so that the largest
         rest of another free mailbox stays within a connection's part of
         what is left (what is left less that rest once for each
-        connection, halved, in octets): a larger share left that mailbox waiting
+        connection, in octets): a larger share left that mailbox waiting
         while every connection sent something else, and one connection
         then ended it alone.
         """
@@ -149,14 +150,12 @@ class SharingTests(SynchronousTestCase):
         units.extend([unit("A", 60), unit("B", 80, first=100), unit("C", 85, first=200)])
         self.assertEqual(len(taken(units, 1, "A").messages), 57)
         # Left: A 3 (1's), B 80, C 85.  2 takes of C, the largest free;
-        # B waits: of the 168 left, (168 - 2 * 80) / 2 = 4, not the
-        # guided 42.
+        # B waits: of the 168 left, 168 - 2 * 80 = 8, not the guided 42.
         share = taken(units, 2, None)
-        self.assertEqual((share.mailbox, len(share.messages)), ("C", 4))
-        # 1 moves to B; A (3) waits: (164 - 2 * 3) / 2 leaves the guided
-        # 41.
+        self.assertEqual((share.mailbox, len(share.messages)), ("C", 8))
+        # 1 moves to B; A (3) waits: 160 - 2 * 3 leaves the guided 40.
         share = taken(units, 1, "A")
-        self.assertEqual((share.mailbox, len(share.messages)), ("B", 41))
+        self.assertEqual((share.mailbox, len(share.messages)), ("B", 40))
 
     def test_sharesShrinkToAQuarterMinimum(self) -> None:
         """

@@ -143,12 +143,8 @@ class SharedUnits:
         """
         C{share}, cut so that the largest rest of another free mailbox
         stays within what is left over all connections: at most what is
-        left, less that rest once for each connection, halved, in octets;
-        at least a quarter of the minimum share).  Halved, as a guided
-        share is a part of what is left: the whole room left that mailbox
-        exactly a connection's part, and the other connection's share in
-        flight (its replies, not counted here) tipped it over (5% of the
-        copy in 2 of 16 runs).  A share larger than that
+        left, less that rest once for each connection, in octets (at
+        least a quarter of the minimum share).  A share larger than that
         left that mailbox waiting, free, while every connection sent
         something else, until it alone held more than a connection's part
         of what was left: one connection then ended it alone (realistic
@@ -167,7 +163,7 @@ class SharedUnits:
                 left[unit.mailbox] = left.get(unit.mailbox, 0) + unit.octets
         if not left:
             return share
-        room = (self._untakenOctets - self._connections * max(left.values())) // 2
+        room = self._untakenOctets - self._connections * max(left.values())
         fitting = bisect_right(list(accumulate(m.size for m in chosen.messages[:share])), room)
         return max(1, self._minimumShare // 4, min(share, fitting))
 
