@@ -133,6 +133,33 @@ class WorkTests(SynchronousTestCase):
         self.assertEqual(chooseUnit(units, "A", {"C"}, margin=2), 1)
         self.assertEqual(chooseUnit(units, "B", set(), margin=3), 1)
 
+    def test_chooseUnitByOctets(self) -> None:
+        """
+        With C{byOctets}, the rests (and the margin) are weighed in octets:
+        a mailbox of fewer, larger messages has more left.
+        """
+        folder = SourceFolder(("x",), "")
+        units = [
+            WorkUnit(folder, "A", tuple(messages(*[10] * 3))),
+            WorkUnit(folder, "B", tuple(messages(*[1] * 9))),
+        ]
+        self.assertEqual(chooseUnit(units, None, set()), 1)
+        self.assertEqual(chooseUnit(units, None, set(), byOctets=True), 0)
+        self.assertEqual(chooseUnit(units, "B", set(), margin=21, byOctets=True), 1)
+        self.assertEqual(chooseUnit(units, "B", set(), margin=20, byOctets=True), 0)
+
+    def test_unitOctets(self) -> None:
+        """
+        A unit's C{octets} are its messages' sizes, summed; a share's and
+        the rest's add up to the unit's.
+        """
+        folder = SourceFolder(("x",), "")
+        units = [WorkUnit(folder, "A", tuple(messages(1, 2, 3, 4)))]
+        self.assertEqual(units[0].octets, 10)
+        self.assertEqual(takeShare(units, 0, 3).octets, 6)
+        self.assertEqual(units[0].octets, 4)
+        self.assertEqual(WorkUnit(folder, "A", ()).octets, 0)
+
     def test_guidedShare(self) -> None:
         """
         A share is a quarter of what is left with two connections (rounded

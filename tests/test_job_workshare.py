@@ -99,24 +99,84 @@ class SharingTests(SynchronousTestCase):
         """
         With another connection at work, a connection moves to the free
         mailbox with the most left when its own has fewer left by more
-        than a quarter of a share (at least the minimum share), and leaves
-        its own, claim and all, to the others: the rests stay even, and
-        the last mailboxes end together.  Within that margin it keeps to
-        its mailbox.
+        than a quarter of a share (however small the share: no whole
+        minimum share), and leaves its own, claim and all, to the others:
+        the rests stay even, and the last mailboxes end together.  Within
+        that margin it keeps to its mailbox.
         """
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 45), unit("B", 40, first=100), unit("C", 60, first=200)])
         self.assertEqual(len(taken(units, 1, None).messages), 37)
         self.assertEqual(taken(units, 2, None).mailbox, "A")
         # C, 1's, has 23 left; B, free, 40: more than 23 and the margin
-        # (10) by far.  1 moves to B.
+        # by far.  1 moves to B.
         self.assertEqual(taken(units, 1, "C").mailbox, "B")
-        # A, 2's, has 18 left; C, free since 1 left it, 23: within the
-        # margin.  2 keeps to A, and 1 to B.
-        self.assertEqual(taken(units, 2, "A").mailbox, "A")
-        self.assertEqual(taken(units, 1, "B").mailbox, "B")
-        # A has 3 left; C 23: 2 moves to C.
+        # A, 2's, has 18 left; C, free since 1 left it, 23: more than the
+        # margin (a quarter of a share of 15: 3 messages).  2 moves to C.
         self.assertEqual(taken(units, 2, "A").mailbox, "C")
+        # B, 1's, has 19 left; A, free, 18: 1 keeps to B.
+        self.assertEqual(taken(units, 1, "B").mailbox, "B")
+        # C has 8 left, A 18: 2 moves to A.
+        self.assertEqual(taken(units, 2, "C").mailbox, "A")
+        # B has 7 left, C 8: within the margin (2), 1 keeps to B.
+        self.assertEqual(taken(units, 1, "B").mailbox, "B")
+
+    def test_lastFreeMailboxNotLeftWaiting(self) -> None:
+        """
+        Toward the end, a connection moves to a free mailbox with more
+        left than its own by more than a quarter share, even by less than
+        a minimum share: the realistic corpus on 2 connections, where a
+        connection kept to the 156 messages left of its folder while a
+        free folder of 609 waited (within the old margin of a whole
+        minimum share and its own rest), the other connection ended that
+        folder alone, 150 ms after the first.
+        """
+        units = SharedUnits(2, 200, RunStop())
+        units.extend([unit("INBOX", 210), unit("F2019", 156, first=1000),
+                      unit("Archive", 300, first=2000)])  # fmt: skip
+        self.assertEqual(taken(units, 1, "INBOX").mailbox, "INBOX")
+        self.assertEqual(taken(units, 2, "F2019").mailbox, "Archive")
+
+    def test_sharesLeaveNoMailboxWaiting(self) -> None:
+        """
+        With other connections at work, a share is cut so that the largest
+        rest of another free mailbox stays within a connection's part of
+        what is left (what is left less that rest once for each
+        connection, in octets): a larger share left that mailbox waiting
+        while every connection sent something else, and one connection
+        then ended it alone.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 60), unit("B", 80, first=100), unit("C", 85, first=200)])
+        self.assertEqual(len(taken(units, 1, "A").messages), 57)
+        # Left: A 3 (1's), B 80, C 85.  2 takes of C, the largest free;
+        # B waits: of the 168 left, 168 - 2 * 80 = 8, not the guided 42.
+        share = taken(units, 2, None)
+        self.assertEqual((share.mailbox, len(share.messages)), ("C", 8))
+        # 1 moves to B; A (3) waits: 160 - 2 * 3 leaves the guided 40.
+        share = taken(units, 1, "A")
+        self.assertEqual((share.mailbox, len(share.messages)), ("B", 40))
+
+    def test_sharesShrinkToAQuarterMinimum(self) -> None:
+        """
+        A cut share is never below a quarter of the minimum share.
+        """
+        units = SharedUnits(2, 40, RunStop())
+        units.extend([unit("A", 60), unit("B", 80, first=100), unit("C", 85, first=200)])
+        self.assertEqual(len(taken(units, 1, "A").messages), 57)
+        share = taken(units, 2, None)
+        self.assertEqual((share.mailbox, len(share.messages)), ("C", 10))
+
+    def test_weighsOctets(self) -> None:
+        """
+        What is left is weighed in octets, not messages: a free mailbox
+        of fewer but larger messages is the larger rest.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 100), unit("B", 50, size=1000, first=100),
+                      unit("C", 80, size=100, first=200)])  # fmt: skip
+        self.assertEqual(taken(units, 1, "A").mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
 
     def test_aloneKeepsItsMailbox(self) -> None:
         """

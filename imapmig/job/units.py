@@ -13,7 +13,7 @@ from bisect import bisect_left
 from itertools import accumulate
 from typing import Collection, Iterator, Sequence
 
-from attrs import frozen
+from attrs import field, frozen
 
 from imapmig.mail.message import SourceFolder, SourceMessage
 
@@ -34,11 +34,19 @@ class WorkUnit:
     """
     A run of pending messages of one folder; a connection takes it, or a
     share of it (L{takeShare}).
+
+    @ivar octets: its messages' listed sizes, summed (counted once, when
+        the unit is made: L{chooseUnit} weighs mailboxes by it).
     """
 
     folder: SourceFolder
     mailbox: str
     messages: tuple[SourceMessage, ...]
+    octets: int = field(init=False, eq=False)
+
+    @octets.default
+    def _octets(self) -> int:
+        return sum(message.size for message in self.messages)
 
 
 def cutUnits(
@@ -62,6 +70,7 @@ def chooseUnit(
     current: str | None,
     inUse: Collection[str],
     margin: int | None = None,
+    byOctets: bool = False,
 ) -> int:
     """
     Which unit a connection should take next: one of the mailbox it has
@@ -83,12 +92,18 @@ def chooseUnit(
     mailbox has the most left keeps the mailboxes' rests even, so that
     the last ones end together.
 
+    C{byOctets} weighs what is left by octets, not messages: a connection
+    sends octets, and mailboxes of small messages (an INBOX) and of large
+    ones (an archive) with as many messages left do not take as long.
+
     @param units: the units left, not empty.
     @param current: the mailbox it has selected.
     @param inUse: mailboxes other connections have selected.
-    @param margin: how many more messages another free mailbox must have
-        left than its own for the connection to move there; L{None}:
-        it keeps to its own while that has any left.
+    @param margin: how many more messages (octets with C{byOctets})
+        another free mailbox must have left than its own for the
+        connection to move there; L{None}: it keeps to its own while that
+        has any left.
+    @param byOctets: weigh what is left by octets.
     @return: the index of the chosen unit.
     """
     first: dict[str, int] = {}
@@ -99,7 +114,8 @@ def chooseUnit(
             return index
         if mailbox not in inUse:
             first.setdefault(mailbox, index)
-            left[mailbox] = left.get(mailbox, 0) + len(unit.messages)
+            weight = unit.octets if byOctets else len(unit.messages)
+            left[mailbox] = left.get(mailbox, 0) + weight
     if not first:
         return 0
     best = max(first, key=lambda mailbox: (left[mailbox], -first[mailbox]))
