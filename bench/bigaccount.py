@@ -184,14 +184,39 @@ def runDsync(server: BenchServer, source: str, account: str, log: str) -> Measur
                     "imapc:"], log)  # fmt: skip
 
 
-def warmSource(server: BenchServer, source: str) -> None:
+def warmSource(server: BenchServer, source: str, maildir: str) -> None:
     """
     Have Dovecot index every folder of C{source} (messages and virtual
-    sizes), as a first reader would.
+    sizes, and physical sizes: C{doveadm fetch size.physical}), as a first
+    reader would, then open each folder of C{maildir}
+    (the Maildir C{source} was loaded from) once read-write
+    (C{SELECT}), as its owner's mail client would have: Dovecot then moves
+    the corpus's unseen files from C{new/} to C{cur/}.
+
+    Left in C{new/}, they make every read-only session (C{EXAMINE}, as
+    imapmig's) that fetches C{BINARY} (its NUL check) scan C{new/} and
+    C{cur/} whole at its next full sync, once every 5 s while it issues
+    commands: O(folder) a scan, quadratic over a run of one big folder
+    (bench/results/bigaccount.md, round 5).
     """
     doveadm = shutil.which("doveadm") or "/usr/bin/doveadm"
     subprocess.run([doveadm, "-c", server.configPath, "mailbox", "status", "-u", source,
                     "messages vsize", "*"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    # The files' physical sizes into dovecot-uidlist, as Dovecot's own
+    # delivery puts them in the file names (",S="): else each BINARY fetch
+    # records them, and Dovecot rewrites the whole uidlist (27 MB at
+    # 500,000) and rescans cur/ at the next full sync.
+    subprocess.run([doveadm, "-c", server.configPath, "fetch", "-u", source, "size.physical",
+                    "all"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    client = imaplib.IMAP4("127.0.0.1", server.port)
+    try:
+        client.login(source, PASSWORD)
+        for name, _ in maildirFolders(maildir):
+            status, _ = client.select(f'"{name}"')
+            if status != "OK":
+                raise RuntimeError(f"SELECT {name!r} of {source}: {status}")
+    finally:
+        client.logout()
 
 
 def listingCosts(maildir: str) -> tuple[float, float]:
@@ -318,7 +343,7 @@ def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
             source, emptySource = server.freshAccount(), server.freshAccount()
             server.loadMaildir(source, corpus.path)
             server.loadMaildir(emptySource, emptyCorpus(workDir).path)
-            warmSource(server, source)
+            warmSource(server, source, corpus.path)
         account = server.freshAccount()
         argv = imapmigArgv(config(runDir, server.port, source, account))
         load = loadAverage()
