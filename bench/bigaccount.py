@@ -38,8 +38,10 @@ store is on tmpfs (loopback):
            listing's cost per message can be compared across sizes
 
 An IMAP source is read once before the first pass (C{doveadm mailbox
-status} of every folder's messages and virtual size), so that no run pays
-for building the source's indexes; a Maildir's files are read once
+status} of every folder's messages and virtual size, C{doveadm fetch
+size.physical}), so that no run pays for building the source's indexes,
+and each folder opened once read-write, as a used mailbox would have been
+(L{warmSource}: else Dovecot rescans a big folder every 5 s of the run); a Maildir's files are read once
 (L{warmMaildir}), so that no run reads them from the disk (the raw
 client, which runs after imapmig, always found them in the page cache).
 
