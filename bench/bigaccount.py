@@ -38,8 +38,10 @@ store is on tmpfs (loopback):
            listing's cost per message can be compared across sizes
 
 An IMAP source is read once before the first pass (C{doveadm mailbox
-status} of every folder's messages and virtual size), so that no run pays
-for building the source's indexes; a Maildir's files are read once
+status} of every folder's messages and virtual size, C{doveadm fetch
+size.physical}), so that no run pays for building the source's indexes,
+and each folder opened once read-write, as a used mailbox would have been
+(L{warmSource}: else Dovecot rescans a big folder every 5 s of the run); a Maildir's files are read once
 (L{warmMaildir}), so that no run reads them from the disk (the raw
 client, which runs after imapmig, always found them in the page cache).
 
@@ -184,14 +186,39 @@ def runDsync(server: BenchServer, source: str, account: str, log: str) -> Measur
                     "imapc:"], log)  # fmt: skip
 
 
-def warmSource(server: BenchServer, source: str) -> None:
+def warmSource(server: BenchServer, source: str, maildir: str) -> None:
     """
     Have Dovecot index every folder of C{source} (messages and virtual
-    sizes), as a first reader would.
+    sizes, and physical sizes: C{doveadm fetch size.physical}), as a first
+    reader would, then open each folder of C{maildir}
+    (the Maildir C{source} was loaded from) once read-write
+    (C{SELECT}), as its owner's mail client would have: Dovecot then moves
+    the corpus's unseen files from C{new/} to C{cur/}.
+
+    Left in C{new/}, they make every read-only session (C{EXAMINE}, as
+    imapmig's) that fetches C{BINARY} (its NUL check) scan C{new/} and
+    C{cur/} whole at its next full sync, once every 5 s while it issues
+    commands: O(folder) a scan, quadratic over a run of one big folder
+    (bench/results/bigaccount.md, round 5).
     """
     doveadm = shutil.which("doveadm") or "/usr/bin/doveadm"
     subprocess.run([doveadm, "-c", server.configPath, "mailbox", "status", "-u", source,
                     "messages vsize", "*"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    # The files' physical sizes into dovecot-uidlist, as Dovecot's own
+    # delivery puts them in the file names (",S="): else each BINARY fetch
+    # records them, and Dovecot rewrites the whole uidlist (27 MB at
+    # 500,000) and rescans cur/ at the next full sync.
+    subprocess.run([doveadm, "-c", server.configPath, "fetch", "-u", source, "size.physical",
+                    "all"], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    client = imaplib.IMAP4("127.0.0.1", server.port)
+    try:
+        client.login(source, PASSWORD)
+        for name, _ in maildirFolders(maildir):
+            status, _ = client.select(f'"{name}"')
+            if status != "OK":
+                raise RuntimeError(f"SELECT {name!r} of {source}: {status}")
+    finally:
+        client.logout()
 
 
 def listingCosts(maildir: str) -> tuple[float, float]:
@@ -318,7 +345,7 @@ def runRow(workDir: str, rawBinary: str, layout: str, count: int) -> BigRow:
             source, emptySource = server.freshAccount(), server.freshAccount()
             server.loadMaildir(source, corpus.path)
             server.loadMaildir(emptySource, emptyCorpus(workDir).path)
-            warmSource(server, source)
+            warmSource(server, source, corpus.path)
         account = server.freshAccount()
         argv = imapmigArgv(config(runDir, server.port, source, account))
         load = loadAverage()
