@@ -96,6 +96,22 @@ C{imapmig[postgresql]} extra installs.
 """
 
 
+def _copiedSource(out: Path, *ignored: str) -> Path:
+    """
+    Copy what the wheel and the sdist are made of from the checkout into
+    C{out/source}, leaving out the names matching C{ignored}.
+
+    @return: the copy's path.
+    """
+    source = out / "source"
+    source.mkdir()
+    for name in ("setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
+        shutil.copy(CHECKOUT / name, source / name)
+    for name in ("imapmig", "twisted", "config", "systemd", "docs", "man"):
+        shutil.copytree(CHECKOUT / name, source / name, ignore=shutil.ignore_patterns(*ignored))
+    return source
+
+
 def builtWheel() -> Path:
     """
     Build imapmig's wheel from the checkout, once for this module.
@@ -107,14 +123,7 @@ def builtWheel() -> Path:
         # pip builds in the source tree (build/, *.egg-info): build from a
         # copy of what the wheel is made of, so that trial's parallel
         # workers, each building its own, do not share one.
-        source = out / "source"
-        source.mkdir()
-        for name in ("setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
-            shutil.copy(CHECKOUT / name, source / name)
-        for name in ("imapmig", "twisted", "config", "systemd", "docs", "man"):
-            shutil.copytree(
-                CHECKOUT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "dropin.cache")
-            )
+        source = _copiedSource(out, "__pycache__", "dropin.cache")
         subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
             check=True,
@@ -282,14 +291,7 @@ class SourceDistributionTests(SynchronousTestCase):
         self.assertIn("imapmig/mail/_crlf.c", named)
         self.assertIn("imapmig/mail/_crlf.h", named)
         out = _scratch()
-        source = out / "source"
-        source.mkdir()
-        for name in ("setup.cfg", "setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"):
-            shutil.copy(CHECKOUT / name, source / name)
-        for name in ("imapmig", "twisted", "config", "systemd", "docs", "man"):
-            shutil.copytree(
-                CHECKOUT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.so")
-            )
+        source = _copiedSource(out, "__pycache__", "*.so")
         subprocess.run(
             [sys.executable, "setup.py", "-q", "sdist", "-d", str(out)],
             cwd=source,
