@@ -18,7 +18,7 @@ from twisted.protocols.tls import TLSMemoryBIOProtocol
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.imap.client import MigrationIMAP4Client
-from imapmig.imap.inplace import AFTER_LITERAL, InPlaceReads, readInPlace
+from imapmig.imap.inplace import InPlaceReads, readInPlace
 
 from tests.test_imap_fetch import Collected, messageOf
 
@@ -93,28 +93,6 @@ class InPlaceReadsTests(SynchronousTestCase):
         # All but the few octets of each literal in the read of its
         # response's first line.
         self.assertGreater(sum(client.inPlace), len(first) + len(second) - 100)
-
-    def test_shortReadAfterLiteral(self) -> None:
-        """
-        Asked to, the read after a literal read in place to its end is
-        short: the end of its response and the next one's first line, so
-        that little of the next literal is read the common way.
-        """
-        client, connection, server = self._connected()
-        connection.doRead = InPlaceReads(connection, client, AFTER_LITERAL).doRead  # type: ignore[method-assign]
-        sink = Collected()
-        d = client.fetchInto(b"UID FETCH 1:2 (UID BODY.PEEK[])", sink)
-        first, second = messageOf(10_000, 1), messageOf(5_000, 2)
-        server.sendall(b"* 1 FETCH (UID 1 BODY[] {10000}\r\n")
-        self.assertIsNone(connection.doRead())
-        server.sendall(first + b")\r\n* 2 FETCH (UID 2 BODY[] {5000}\r\n" + second + b")\r\n"
-                       b"0001 OK done\r\n")  # fmt: skip
-        while _readable(connection.socket):
-            self.assertIsNone(connection.doRead())
-        self.successResultOf(d)
-        self.assertEqual([(i.uid, i.body) for i in sink.items], [(1, first), (2, second)])
-        self.assertEqual(client.reads[2], AFTER_LITERAL)
-        self.assertGreater(sum(client.inPlace), 15_000 - AFTER_LITERAL)
 
     def test_underAnEndpointsWrapper(self) -> None:
         """

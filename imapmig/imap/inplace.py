@@ -12,12 +12,11 @@ literal's final buffer, the kernel's copy the only one; every other read is
 Twisted's.  So the rest of each literal that a read of C{bufferSize} cuts
 is read in place, for one more C{recv} per such read.
 
-A short read after each literal (L{AFTER_LITERAL}: the end of its
-response and the next one's first line) would have the next literal read
-almost all in place too, but costs more than the copy it saves: a read
-through the protocol's Python costs about as many instructions as copying
-a message of 40 kB (bench/results/s2s.md, round 5); it is not the
-default.
+A short read after each literal (the end of its response and the next
+one's first line) would have the next literal read almost all in place
+too, but was measured to cost more than the copy it saves: a read through
+the protocol's Python costs about as many instructions as copying a
+message of 40 kB (bench/results/s2s.md, round 5).
 
 Reads Twisted's C{tcp.Connection} state (C{socket}, C{bufferSize},
 C{protocol}, C{disconnected}); C{tests.test_imap_inplace} pins what it
@@ -32,14 +31,8 @@ from typing import Any
 from twisted.internet import main, tcp
 from twisted.internet.endpoints import _WrappingProtocol
 
-__all__ = ["AFTER_LITERAL", "InPlaceReads", "readInPlace"]
+__all__ = ["InPlaceReads", "readInPlace"]
 
-AFTER_LITERAL = 512
-"""
-How much a short read after a literal read in place takes: the C{)} and
-CRLF that end its response and the first line of the next (C{* 12 FETCH
-(UID 34 BODY[] {5678}}).
-"""
 
 class InPlaceReads:
     """
@@ -47,26 +40,21 @@ class InPlaceReads:
     literals in place (C{literalSpace} and C{literalFilled}).
     """
 
-    def __init__(self, connection: tcp.Connection, reader: Any, afterLiteral: int = 0) -> None:
+    def __init__(self, connection: tcp.Connection, reader: Any) -> None:
         """
         @param connection: the TCP transport, whose C{doRead} this becomes.
         @param reader: its protocol (under an endpoint's wrapper, if one
             is its C{protocol}).
-        @param afterLiteral: how much to read after a literal read in
-            place to its end; 0: C{bufferSize}, as any other read.
         """
         self._connection = connection
         self._protocol = connection.protocol
         self._reader = reader
         self._stock = connection.doRead
-        self._shortAfter = afterLiteral
-        self._afterLiteral = 0
 
     def doRead(self) -> Any:
         """
         Read what the socket holds, up to C{bufferSize} octets in all: the
-        literal being read in place, else as Twisted reads (the read after
-        a literal short, if asked).
+        literal being read in place, else as Twisted reads.
 
         @return: as Twisted's C{doRead}: L{None}, or why the connection
             ended.
@@ -81,8 +69,7 @@ class InPlaceReads:
         while budget > 0 and not connection.disconnected:
             space = reader.literalSpace()
             if space is None:
-                size = self._afterLiteral or connection.bufferSize
-                self._afterLiteral = 0
+                size = connection.bufferSize
                 try:
                     data = sock.recv(size)
                 except OSError as se:
@@ -102,8 +89,6 @@ class InPlaceReads:
                 if not got:
                     return main.CONNECTION_DONE
                 reader.literalFilled(got)
-                if got == size:
-                    self._afterLiteral = self._shortAfter
             if got < size:
                 # The socket is empty (most likely): back to the reactor.
                 return None
