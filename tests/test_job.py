@@ -12,6 +12,7 @@ import os
 from datetime import datetime, timedelta, timezone
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
+from attrs import evolve
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.interfaces import IProtocol, IProtocolFactory, IStreamClientEndpoint
@@ -63,6 +64,8 @@ class MemorySource:
     @ivar keysRead: the keys of the messages read, in order.
     @ivar holdAfter: if set, reads beyond that many wait in C{held} until
         L{release}.
+    @ivar heldListings: the listings of folders (by key) put there, as a
+        Deferred each fires, wait for the test to fire it.
     """
 
     def __init__(self) -> None:
@@ -76,6 +79,7 @@ class MemorySource:
         self.onListing: Callable[[SourceFolder], None] = lambda folder: None
         self.holdAfter: int | None = None
         self.held: list[tuple[Deferred[Sequence[MessageBody]], list[MessageBody]]] = []
+        self.heldListings: dict[str, Deferred[None]] = {}
 
     def addFolder(self, *path: str) -> SourceFolder:
         """
@@ -122,7 +126,11 @@ class MemorySource:
         self.onListing(folder)
         if folder.key in self.listingErrors:
             return fail(self.listingErrors[folder.key])
-        return succeed(list(self._messages[folder.key]))
+        messages = list(self._messages[folder.key])
+        held = self.heldListings.get(folder.key)
+        if held is not None:
+            return held.addCallback(lambda _: messages)
+        return succeed(messages)
 
     def readBodies(
         self, folder: SourceFolder, messages: Sequence[SourceMessage]
@@ -1311,22 +1319,100 @@ class MigrationJobTests(SynchronousTestCase):
 
     def test_extraConnectionsOpenEarly(self) -> None:
         """
-        The extra connections log in while the first prepares the
-        destination (LIST, CREATE, SELECT), not after it.
+        On a later run, the extra connections log in while the first
+        prepares the destination (LIST, CREATE, SELECT), not after it.
         """
         h = JobHarness(self)
         names = ["INBOX", "Archive", "Sent"]
-        for n, name in enumerate(names):
-            populate(h.source, h.source.addFolder(name), 4, start=4 * n)
+        folders = [h.source.addFolder(name) for name in names]
+        for n, folder in enumerate(folders):
+            populate(h.source, folder, 4, start=4 * n)
         settings = JobSettings(connections=3, unitMessages=2, batchMessages=2)
+        self.assertTrue(h.run(h.job(settings)))
+        first = h.endpoint.attempts
+        for n, folder in enumerate(folders):
+            populate(h.source, folder, 4, start=12 + 4 * n)
 
         self.assertTrue(h.run(h.job(settings)))
 
-        self.assertEqual(h.endpoint.attempts, 3)
-        firstSelect = h.endpoint.arrival(0, b"SELECT")
-        self.assertLess(h.endpoint.arrival(1, b"AUTHENTICATE"), firstSelect)
-        self.assertLess(h.endpoint.arrival(2, b"AUTHENTICATE"), firstSelect)
-        self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 12)
+        self.assertEqual(h.endpoint.attempts, first + 3)
+        firstSelect = h.endpoint.arrival(first, b"SELECT")
+        self.assertLess(h.endpoint.arrival(first + 1, b"AUTHENTICATE"), firstSelect)
+        self.assertLess(h.endpoint.arrival(first + 2, b"AUTHENTICATE"), firstSelect)
+        self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 24)
+        h.finish()
+
+    def test_createdWhileListed(self) -> None:
+        """
+        On a first run, the first connection creates, subscribes and
+        SELECTs the folders' mailboxes (one flight) while their messages
+        are still being listed, and nothing of it is sent again once the
+        listing is done: only the APPENDs follow.
+        """
+        h = JobHarness(self)
+        names = ["INBOX", "Archive", "Sent"]
+        folders = [h.source.addFolder(name) for name in names]
+        for n, folder in enumerate(folders):
+            populate(h.source, folder, 2, start=2 * n)
+        listing: Deferred[None] = Deferred()
+        h.source.heldListings[folders[2].key] = listing
+
+        d = h.start(h.job())
+        h.settle()
+
+        received = [line.split(b" ", 1)[1] for line in h.endpoint.servers[0].received]
+        self.assertIn(b'CREATE "Archive"', received)
+        self.assertIn(b'SELECT "Sent"', received)
+        self.assertNotIn(b"APPEND", [line.split(b" ")[0] for line in received])
+        listing.callback(None)
+        h.waitFor(d)
+        self.assertTrue(self.successResultOf(d))
+        h.endpoint.pump()
+        after = [line.split(b" ")[1:2] for line in h.endpoint.servers[0].received[len(received):]]
+        self.assertNotIn([b"CREATE"], after)
+        self.assertIn([b"APPEND"], after)
+        self.assertEqual(sum(len(h.mail.mailbox(USER, name)) for name in names), 6)
+        h.finish()
+
+    def test_notMigratedFolderNotCreatedEarly(self) -> None:
+        """
+        A folder whose messages are not migrated (a label view's) has no
+        part in the early creation of a first run, which then serves the
+        folders migrated: the destination is listed once.
+        """
+        h = JobHarness(self)
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        skipped = h.source.addFolder("All Mail")
+        populate(h.source, skipped, 2, start=2)
+        h.source._folders[-1] = evolve(skipped, notMigrated="in another folder")
+
+        self.assertTrue(h.run(h.job()))
+
+        received = [line.split(b" ", 1)[1:] for line in h.endpoint.servers[0].received]
+        self.assertNotIn([b'CREATE "All Mail"'], received)
+        # Prepared early, as for the folders migrated alone: one LIST.
+        self.assertEqual(received.count([b'LIST "" "*"']), 1)
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 2)
+        h.finish()
+
+    def test_listedFolderUnreadableAfterCreation(self) -> None:
+        """
+        A folder that cannot be listed after its mailbox was created early
+        fails the job naming it; the other folders are prepared again from
+        the start and copied.
+        """
+        h = JobHarness(self)
+        names = ["INBOX", "Archive", "Sent"]
+        folders = [h.source.addFolder(name) for name in names]
+        for n, folder in enumerate(folders):
+            populate(h.source, folder, 2, start=2 * n)
+        h.source.listingErrors[folders[1].key] = SourceError("Archive: permission denied")
+
+        self.assertFalse(h.run(h.job()))
+
+        self.assertIn("permission denied", h.progress.error or "")
+        self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 2)
+        self.assertEqual(len(h.mail.mailbox(USER, "Sent")), 2)
         h.finish()
 
     def test_extraConnectionsOpenWhileListing(self) -> None:

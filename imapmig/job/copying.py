@@ -11,7 +11,9 @@ pending messages are cut into units of work, shared by the connections
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
+
+from attrs import frozen
 
 from twisted.internet.defer import CancelledError, Deferred, DeferredList
 from twisted.logger import Logger
@@ -25,6 +27,7 @@ from imapmig.job.attempt import AttemptConnections
 from imapmig.job.destination import (
     DestinationPreparation,
     FolderToCopy,
+    MailboxesCreated,
     PreparedDestination,
     TargetMailbox,
 )
@@ -39,7 +42,7 @@ from imapmig.job.units import WorkUnit, cutUnits
 from imapmig.progress import JobProgress
 from imapmig.state import IStateStore
 
-__all__ = ["ListedCopy", "connectionsWorthOpening"]
+__all__ = ["EarlyCreation", "EarlyDestination", "ListedCopy", "connectionsWorthOpening"]
 
 # These events were MigrationJob's before they moved here, and keep its
 # namespace: log levels are set by namespace, and the journal's MESSAGE_ID
@@ -71,6 +74,19 @@ def connectionsWorthOpening(
     """
     batches = max(messages // settings.batchMessages, octets // settings.batchBytes)
     return max(1, min(settings.connections, folders, batches))
+
+
+@frozen
+class EarlyDestination:
+    """
+    The first destination connection of an attempt, open, and the
+    mailboxes it created while the source was listed
+    (L{ListedCopy.createEarly}).
+    """
+
+    session: IMAPSession
+    preparation: DestinationPreparation
+    created: MailboxesCreated
 
 
 class ListedCopy:
@@ -162,6 +178,7 @@ class ListedCopy:
         first: IMAPSession,
         listings: list[FolderToCopy],
         overQuota: str | None,
+        early: EarlyDestination | None = None,
     ) -> None:
         """
         Copy what L{imapmig.job.listing.SourceListing.plan} found left to
@@ -170,11 +187,13 @@ class ListedCopy:
         @param overQuota: the reason every message left to copy is
             recorded as failed with, without being sent (the destination's
             mailbox is full), or L{None}.
+        @param early: what C{first} created while the source was listed
+            (L{createEarly}), or L{None}.
         @raise DailyLimitReached: a daily budget was found used up: the
             attempt ended once every connection had drained.
         """
         openings = self._openExtras(attempt, listings)
-        prepared = await self._prepare(first, listings, openings)
+        prepared = await self._prepare(first, listings, openings, early)
         self._progress.mapped({mapping.folder.key: mapping.mailbox for mapping, _ in prepared.plans})
         if self._stop.requested:
             return
@@ -193,27 +212,56 @@ class ListedCopy:
         if units.limitReached is not None and not self._stop.requested:
             raise units.limitReached
 
+    async def createEarly(
+        self, opening: Deferred[IMAPSession], folders: Sequence[SourceFolder]
+    ) -> EarlyDestination:
+        """
+        Once the first connection of an attempt is open, create the
+        destination mailboxes of C{folders} while their messages are
+        listed: on a first run, whose folders all have their messages
+        left to copy, the CREATEs (a few milliseconds of a local server's
+        time, a round trip or two over a network) are then done by the
+        time the listing ends, and only the SELECTs of the targets are
+        left (L{DestinationPreparation.prepare}).
+
+        @param opening: the first connection opening; this takes its
+            result.
+        """
+        session = await opening
+        preparation = self._destinationPreparation(session)
+        created = await preparation.create(folders)
+        return EarlyDestination(session, preparation, created)
+
+    def _destinationPreparation(self, session: IMAPSession) -> DestinationPreparation:
+        """
+        The preparation of the destination over C{session}.
+        """
+        return DestinationPreparation(
+            self._job,
+            session,
+            self._rules,
+            self._identity,
+            self._store,
+            self._settings.folderNameFallback,
+            self._deadline,
+        )
+
     async def _prepare(
         self,
         first: IMAPSession,
         listings: list[FolderToCopy],
         openings: Sequence[Deferred[IMAPSession | None]],
+        early: EarlyDestination | None,
     ) -> PreparedDestination:
         """
-        Prepare the destination over C{first}; if that fails, the extra
-        connections being opened are given up with the attempt, their
-        failures not left unhandled.
+        Prepare the destination over C{first} (from what it created early,
+        if it did); if that fails, the extra connections being opened are
+        given up with the attempt, their failures not left unhandled.
         """
         try:
-            return await DestinationPreparation(
-                self._job,
-                first,
-                self._rules,
-                self._identity,
-                self._store,
-                self._settings.folderNameFallback,
-                self._deadline,
-            ).prepare(listings)
+            if early is not None:
+                return await early.preparation.prepare(listings, early.created)
+            return await self._destinationPreparation(first).prepare(listings)
         except BaseException:
             for opening in openings:
                 opening.addErrback(lambda failure: None)
@@ -364,3 +412,45 @@ class ListedCopy:
             return
         await self._loop.run(attempt, session, targets, floors)
 
+
+
+class EarlyCreation:
+    """
+    On a first run, the first destination connection of an attempt creates
+    the folders' mailboxes while their messages are listed
+    (L{ListedCopy.createEarly}): called with the folders once they are
+    known, this starts it.
+    """
+
+    def __init__(self, copier: ListedCopy, opening: Deferred[IMAPSession]) -> None:
+        """
+        @param opening: the first connection opening; once this has
+            started, it takes its result.
+        """
+        self._copier = copier
+        self._opening = opening
+        self._creating: Deferred[EarlyDestination] | None = None
+
+    def __call__(self, folders: Sequence[SourceFolder]) -> Deferred[EarlyDestination]:
+        """
+        The folders are known: create their mailboxes once the first
+        connection is open.
+
+        @return: the creation, under way.
+        """
+        self._creating = Deferred.fromCoroutine(self._copier.createEarly(self._opening, folders))
+        return self._creating
+
+    async def created(self) -> EarlyDestination | None:
+        """
+        The first connection and what it created, once done; L{None} if
+        this was never started.
+        """
+        return None if self._creating is None else await self._creating
+
+    def pending(self, opening: Deferred[Any]) -> Deferred[Any]:
+        """
+        What to let end quietly when the attempt gives up: the creation if
+        it started, else C{opening}.
+        """
+        return opening if self._creating is None else self._creating

@@ -99,6 +99,29 @@ class PreparedDestination:
     targets: dict[str, TargetMailbox] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class MailboxesCreated:
+    """
+    What L{DestinationPreparation.create} did for a job's folders while
+    their messages were listed.
+
+    @ivar folders: the folders, in order.
+    @ivar view: the destination as listed after the mailboxes of special
+        uses were created.
+    @ivar mappings: where each folder goes, in the order of C{folders}.
+    @ivar uncreatable: mailboxes that could not be created, with why.
+    @ivar present: those created, or found existing.
+    @ivar states: each mailbox of C{mappings} as its SELECT showed it.
+    """
+
+    folders: tuple[SourceFolder, ...]
+    view: DestinationView
+    mappings: list[FolderMapping]
+    uncreatable: dict[str, str]
+    present: frozenset[str]
+    states: dict[str, MailboxState | CommandFailed]
+
+
 def _targetNames(plans: Sequence[tuple[FolderMapping, Sequence[SourceMessage]]]) -> list[str]:
     """
     The mailboxes messages go to: those of the plans with anything to
@@ -186,36 +209,69 @@ class DestinationPreparation:
         """
         return view.mapped(folders, self._renames, self._recorded)[0]
 
-    async def prepare(self, listings: Sequence[FolderToCopy]) -> PreparedDestination:
+    async def create(self, folders: Sequence[SourceFolder]) -> MailboxesCreated:
+        """
+        Map C{folders} to mailboxes, create and subscribe what is missing
+        and SELECT each, before their messages are listed: all this needs
+        is the folders.  On a first run every folder with messages has
+        them left to copy, so L{prepare}, given what this returns, sends
+        nothing more but the SELECT of a target this did not select.
+        """
+        view = await DestinationView.read(self._session)
+        if self._nameFallback:
+            self._recorded = await self._fallback(view).recorded()
+        view, mappings = await self._claimUses(view, folders)
+        # The same one flight as L{prepare}'s.
+        creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
+        selecting = Deferred.fromCoroutine(
+            self._session.selectEach(sorted({m.mailbox for m in mappings}))
+        )
+        (uncreatable, present), states = await bothOf(creating, selecting)
+        return MailboxesCreated(tuple(folders), view, mappings, uncreatable, present, states)
+
+    async def prepare(
+        self, listings: Sequence[FolderToCopy], created: MailboxesCreated | None = None
+    ) -> PreparedDestination:
         """
         Map the listed folders to mailboxes, create and subscribe what is
         missing, apply a delta pass's flag changes, SELECT every target and
         index what it already holds.
+
+        @param created: what L{create} did for the same folders while they
+            were listed; L{None}, or for other folders (one could not be
+            listed), and all of it is done here.
         """
         session = self._session
-        view = await DestinationView.read(session)
-        fallback = FolderNameFallback(
-            self._job, session, view.namespace, self._store, self._deadline
-        )
-        if self._nameFallback:
-            self._recorded = await fallback.recorded()
         sourceFolders = [listing.folder for listing in listings]
-        view, mappings = await self._claimUses(view, sourceFolders)
-        plans, accounted = await self._planFolders(mappings, listings)
-
-        # The destination folders: created where missing (with their use
-        # where the server can), subscribed as in the source; and what each
-        # target mailbox can store and already holds (SELECT).  All these
-        # commands go in one flight: one round trip in all.
-        names = _targetNames(plans)
-        creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
-        selecting = Deferred.fromCoroutine(session.selectEach(names))
-        (uncreatable, present), states = await bothOf(creating, selecting)
+        if created is not None and list(created.folders) == sourceFolders:
+            view, mappings = created.view, created.mappings
+            plans, accounted = await self._planFolders(mappings, listings)
+            names = _targetNames(plans)
+            uncreatable, present = created.uncreatable, created.present
+            states = dict(created.states)
+            unselected = [name for name in names if name not in states]
+            if unselected:
+                states.update(await session.selectEach(unselected))
+        else:
+            view = await DestinationView.read(session)
+            if self._nameFallback:
+                self._recorded = await self._fallback(view).recorded()
+            view, mappings = await self._claimUses(view, sourceFolders)
+            plans, accounted = await self._planFolders(mappings, listings)
+            # The destination folders: created where missing (with their
+            # use where the server can), subscribed as in the source; and
+            # what each target mailbox can store and already holds
+            # (SELECT).  All these commands go in one flight: one round
+            # trip in all.
+            names = _targetNames(plans)
+            creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
+            selecting = Deferred.fromCoroutine(session.selectEach(names))
+            (uncreatable, present), states = await bothOf(creating, selecting)
         if uncreatable and self._nameFallback:
             # What this flight created counts as existing: a fallback that
             # names one of them (Bad*Name to a Bad_Name the source
             # has too) goes there, as it will on every later run.
-            plans, uncreatable, states = await fallback.fallBackPlans(
+            plans, uncreatable, states = await self._fallback(view).fallBackPlans(
                 plans, uncreatable, states, view.existing | present
             )
             names = _targetNames(plans)
@@ -231,6 +287,12 @@ class DestinationPreparation:
                         mailbox, states[mailbox], accounted.get(mailbox, [])
                     )
         return prepared
+
+    def _fallback(self, view: DestinationView) -> FolderNameFallback:
+        """
+        The job's folder name fallbacks in the destination C{view} shows.
+        """
+        return FolderNameFallback(self._job, self._session, view.namespace, self._store, self._deadline)
 
     async def _claimUses(
         self, view: DestinationView, sourceFolders: Sequence[SourceFolder]

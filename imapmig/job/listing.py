@@ -116,6 +116,7 @@ class SourceListing:
         self,
         opening: Deferred[Any],
         onListed: Callable[[SourceFolder, Sequence[SourceMessage]], object] | None = None,
+        onFolders: Callable[[Sequence[SourceFolder]], Deferred[Any] | None] | None = None,
     ) -> tuple[list[Listed], list[str]]:
         """
         List the included source folders and their messages.
@@ -128,6 +129,11 @@ class SourceListing:
         @param onListed: called with each folder listed and its messages,
             as soon as it is (the job opens its extra connections as the
             listing shows them worth it), or L{None}.
+        @param onFolders: called with the included folders to migrate once
+            they are known, before their messages are listed, or L{None}; what it
+            returns (the job creating their mailboxes meanwhile), while
+            pending, has the reactor run between folders as C{opening}
+            does.
         @return: each folder's messages (and, on a delta pass, flag
             changes), and the folders that could not be read.
         """
@@ -147,13 +153,18 @@ class SourceListing:
                 folder="/".join(folder.path),
             )
         self._order = {folder.key: index for index, folder in enumerate(included)}
+        busy = [opening]
+        if onFolders is not None:
+            # A folder not migrated (L{SourceFolder.notMigrated}) gets no
+            # mailbox.
+            busy.append(onFolders([f for f in included if f.notMigrated is None]) or opening)
         self._skipping = not await self._store.journal(self._job)
-        return await self._listFolders(included, opening, onListed)
+        return await self._listFolders(included, busy, onListed)
 
     async def _listFolders(
         self,
         folders: Sequence[SourceFolder],
-        opening: Deferred[Any],
+        busy: Sequence[Deferred[Any]],
         onListed: Callable[[SourceFolder, Sequence[SourceMessage]], object] | None,
     ) -> tuple[list[Listed], list[str]]:
         """
@@ -169,14 +180,15 @@ class SourceListing:
         listed: list[Listed] = []
         try:
             while True:
-                if not opening.called:
+                if not all(d.called for d in busy):
                     # The reactor runs before each folder, the first too:
                     # the connection's connect() is issued on the reactor's
                     # next turn (Twisted's TCP client), and a Maildir
                     # folder is listed without yielding, so the first
                     # folder's listing (the largest, INBOX, about half of
                     # the listing) would hold it back; the greeting and the
-                    # login then go on between folders.
+                    # login then go on between folders, and so do the
+                    # round trips of the mailboxes' early creation.
                     await deferLater(self._clock, 0)
                 self._askAhead(asked, following, window)
                 if not asked or self._stop.requested:

@@ -41,7 +41,7 @@ finish.
 from __future__ import annotations
 
 import random
-from typing import Awaitable, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -60,7 +60,7 @@ from imapmig.imap.outgoing import SendDeadline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections, RunStop, stoppable
 from imapmig.job.backoff import RunRetries, asRetryable
-from imapmig.job.copying import ListedCopy, connectionsWorthOpening
+from imapmig.job.copying import EarlyCreation, ListedCopy, connectionsWorthOpening
 from imapmig.job.joblog import JobLog
 from imapmig.job.machine import JobInputs, JobMachine, forget
 from imapmig.job.listing import Listed, SourceListing
@@ -107,7 +107,7 @@ __all__ = [
 log = Logger()
 
 
-def _consume(opening: Deferred[IMAPSession], jobName: str) -> None:
+def _consume(opening: Deferred[Any], jobName: str) -> None:
     """
     Let a connection still opening end quietly: the attempt no longer
     needs it (L{AttemptConnections.adopt} drops it when it opens).
@@ -570,24 +570,25 @@ class MigrationJob:
         opening = Deferred.fromCoroutine(self._open(attempt))
         # Given up (cancelled) if the job stops before it has opened.
         attempt.openings.append(opening)
+        # A first run's extra connections log in as the listing shows them
+        # worth it, not once it has ended, and its first connection creates
+        # the folders' mailboxes meanwhile; a later run's pending work is
+        # known only once the records are read (plan).
+        fresh = self._nothingRecorded and self._recorder.settledCount == 0
+        early = EarlyCreation(self._copier, opening)
         try:
             listing = SourceListing(
-                self.name,
-                self._source,
-                self._store,
-                self._rules,
-                self._progress,
-                self._clock,
+                self.name, self._source, self._store, self._rules, self._progress, self._clock,
                 self._stop,
-            )
-            # A first run's extra connections log in as the listing shows
-            # them worth it, not once it has ended; a later run's pending
-            # work is known only once the records are read (plan).
-            fresh = self._nothingRecorded and self._recorder.settledCount == 0
+            )  # fmt: skip
             listed, unreadable = await listing.listSource(
                 opening,
                 (lambda f, m: self._copier.listed(attempt, f, m)) if fresh else None,
+                early if fresh else None,
             )
+            ready = await early.created()
+            if ready is not None:
+                opening = Deferred.fromCoroutine(_ready(ready.session))
             entries = [] if self._stop.requested else await self._store.journal(self.name)
             if entries:
                 first = await opening
@@ -601,11 +602,11 @@ class MigrationJob:
                 else await listing.plan(listed, self._failedThisRun, self._recorder)
             )
         except BaseException:
-            _consume(opening, self.name)
+            _consume(early.pending(opening), self.name)
             raise
         first = await opening
         if not self._stop.requested:
-            await self._copier.copy(attempt, first, listings, self._retries.overQuota)
+            await self._copier.copy(attempt, first, listings, self._retries.overQuota, ready)
         if not self._stop.requested:
             # The source is still open: what failed is named to its owner
             # now (a header per message read; none for those appended).
