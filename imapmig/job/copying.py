@@ -420,6 +420,9 @@ class EarlyCreation:
     the folders' mailboxes while their messages are listed
     (L{ListedCopy.createEarly}): called with the folders once they are
     known, this starts it.
+
+    @ivar ready: the first connection and what it created, once
+        L{session} has had them; L{None} before, or if this never started.
     """
 
     def __init__(self, copier: ListedCopy, opening: Deferred[IMAPSession]) -> None:
@@ -430,6 +433,7 @@ class EarlyCreation:
         self._copier = copier
         self._opening = opening
         self._creating: Deferred[EarlyDestination] | None = None
+        self.ready: EarlyDestination | None = None
 
     def __call__(self, folders: Sequence[SourceFolder]) -> Deferred[EarlyDestination]:
         """
@@ -441,12 +445,16 @@ class EarlyCreation:
         self._creating = Deferred.fromCoroutine(self._copier.createEarly(self._opening, folders))
         return self._creating
 
-    async def created(self) -> EarlyDestination | None:
+    async def session(self, opening: Deferred[IMAPSession]) -> IMAPSession:
         """
-        The first connection and what it created, once done; L{None} if
-        this was never started.
+        The first connection, once open and, if this started, done creating
+        (then kept as L{ready}); else C{opening}'s.
         """
-        return None if self._creating is None else await self._creating
+        if self._creating is None:
+            return await opening
+        if self.ready is None:
+            self.ready = await self._creating
+        return self.ready.session
 
     def pending(self, opening: Deferred[Any]) -> Deferred[Any]:
         """

@@ -586,12 +586,9 @@ class MigrationJob:
                 (lambda f, m: self._copier.listed(attempt, f, m)) if fresh else None,
                 early if fresh else None,
             )
-            ready = await early.created()
-            if ready is not None:
-                opening = Deferred.fromCoroutine(_ready(ready.session))
             entries = [] if self._stop.requested else await self._store.journal(self.name)
             if entries:
-                first = await opening
+                first = await early.session(opening)
                 await self._reconcile(first, entries, listed)
                 opening = Deferred.fromCoroutine(_ready(first))
             # A listing cut short by a stop is not the source's content:
@@ -604,9 +601,9 @@ class MigrationJob:
         except BaseException:
             _consume(early.pending(opening), self.name)
             raise
-        first = await opening
+        first = await early.session(opening)
         if not self._stop.requested:
-            await self._copier.copy(attempt, first, listings, self._retries.overQuota, ready)
+            await self._copier.copy(attempt, first, listings, self._retries.overQuota, early.ready)
         if not self._stop.requested:
             # The source is still open: what failed is named to its owner
             # now (a header per message read; none for those appended).
