@@ -1,5 +1,10 @@
 # The C extension imapmig/imap/_append.c, built where a compiler is:
-# imapmig.imap.pipeline.appendLiteralsPython is the same function, documented.
+# imapmig.imap.pipeline.appendLiteralsPython and
+# imapmig.job.preparation.prepareMessagesPython are the same functions,
+# documented.
+
+from datetime import datetime
+from typing import Any, Callable, Sequence
 
 from imapmig.imap.gather import Piece
 from imapmig.imap.outgoing import OutgoingMessage
@@ -8,3 +13,17 @@ def bindOutgoing(cls: type[OutgoingMessage], /) -> None: ...
 def appendLiterals(
     messages: list[OutgoingMessage], start: int, limit: int, budget: int, out: list[Piece], /
 ) -> tuple[int, bool]: ...
+def bindPrepared(sentClass: type, sourceClass: type, unknown: int, needsBinary: int, /) -> None: ...
+def prepareMessages(
+    chunk: Sequence[Any],
+    bodies: Sequence[Any],
+    facts: bytes | bytearray,
+    start: int,
+    decisions: dict[tuple[str, ...], tuple[str | None, bytes, bytes]],
+    binary: bool,
+    sizeLimit: int | None,
+    target: Any,
+    dated: Callable[[bytes, datetime], bytes],
+    out: list[Any],
+    /,
+) -> int: ...
