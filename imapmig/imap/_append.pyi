@@ -1,6 +1,7 @@
 # The C extension imapmig/imap/_append.c, built where a compiler is:
 # imapmig.imap.pipeline.appendLiteralsPython and
-# imapmig.job.preparation.prepareMessagesPython are the same functions,
+# imapmig.job.preparation.prepareMessagesPython and
+# imapmig.job.recording.appendedColumnsPython are the same functions,
 # documented.
 
 from datetime import datetime
@@ -13,7 +14,7 @@ def bindOutgoing(cls: type[OutgoingMessage], /) -> None: ...
 def appendLiterals(
     messages: list[OutgoingMessage], start: int, limit: int, budget: int, out: list[Piece], /
 ) -> tuple[int, bool]: ...
-def bindPrepared(sentClass: type, sourceClass: type, unknown: int, needsBinary: int, /) -> None: ...
+def bindSent(sentClass: type, sourceClass: type, unknown: int, needsBinary: int, /) -> None: ...
 def prepareMessages(
     chunk: Sequence[Any],
     bodies: Sequence[Any],
@@ -27,3 +28,6 @@ def prepareMessages(
     out: list[Any],
     /,
 ) -> int: ...
+def appendedColumns(
+    messages: Sequence[Any], /
+) -> tuple[list[str], list[int], list[int], int, int, int] | None: ...

@@ -225,12 +225,10 @@ def _hold(connection: Any, pieces: list[Piece], size: int) -> None:
 
 def _total(pieces: Sequence[Piece]) -> int:
     """
-    The octets of C{pieces}.
+    The octets of C{pieces} (C{map} and C{sum} loop in C: a third of the
+    instructions of a Python loop over a write's pieces, two a message).
     """
-    total = 0
-    for piece in pieces:
-        total += len(piece)
-    return total
+    return sum(map(len, pieces))
 
 
 def _rest(pieces: Sequence[Piece], sent: int) -> list[Piece]:

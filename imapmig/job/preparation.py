@@ -427,8 +427,7 @@ def prepareMessagesPython(
 
 
 try:
-    from imapmig.imap._append import bindPrepared, prepareMessages as prepareMessages
+    # Bound to SentMessage and SourceMessage by imapmig.job.recording.
+    from imapmig.imap._append import prepareMessages as prepareMessages
 except ImportError:  # pragma: no cover (the extension is built in the checkout)
     prepareMessages = prepareMessagesPython
-else:
-    bindPrepared(SentMessage, SourceMessage, UNKNOWN, _NEEDS_BINARY)
