@@ -5,10 +5,11 @@
  *
  * bindOutgoing(cls) -> None
  *
- *     Learn where the slots body, arguments and binary of cls
+ *     Learn where the slots body, arguments, binary and mailbox of cls
  *     (imapmig.imap.outgoing.OutgoingMessage) are, so that
- *     appendLiterals reads them as their member descriptors do, with no
- *     lookup by name.  Called once, by imapmig.imap.pipeline, at import.
+ *     appendLiterals, stampMailbox and leadingRun read them as their
+ *     member descriptors do, with no lookup by name.  Called once, by
+ *     imapmig.imap.sendqueue, at import.
  *
  * appendLiterals(messages, start, limit, budget, out) -> (index, gathered)
  *
@@ -25,6 +26,18 @@
  *     budget is spent, returning the index reached and True.  Python took
  *     a bytes formatting, three len() calls and about thirty bytecodes a
  *     message.
+ *
+ * stampMailbox(messages, mailbox) -> octets
+ *
+ *     The same function as imapmig.imap.sendqueue.stampMailboxPython: each
+ *     OutgoingMessage of the list messages gets mailbox; the sum of their
+ *     bodies' lengths comes back.
+ *
+ * leadingRun(batch, mailbox, limit) -> (count, octets)
+ *
+ *     The same function as imapmig.imap.sendqueue.leadingRunPython: how
+ *     many messages lead the list batch for mailbox with no more than
+ *     limit octets of bodies together, and those octets.
  *
  * bindSent(sentClass, sourceClass, unknown, needsBinary) -> None
  *
@@ -74,6 +87,7 @@ static PyTypeObject *outgoingType = NULL;
 static Py_ssize_t bodyOffset = -1;
 static Py_ssize_t argumentsOffset = -1;
 static Py_ssize_t binaryOffset = -1;
+static Py_ssize_t mailboxOffset = -1;
 
 /* The offset of the object slot name of cls, or -1 with an error set. */
 static Py_ssize_t
@@ -94,8 +108,8 @@ slotOffset(PyTypeObject *cls, const char *name)
 
 PyDoc_STRVAR(bindOutgoing_doc,
              "bindOutgoing(cls, /)\n--\n\n"
-             "Read the slots body, arguments and binary of instances of cls\n"
-             "(OutgoingMessage) in appendLiterals.");
+             "Read the slots body, arguments, binary and mailbox of instances of\n"
+             "cls (OutgoingMessage) in appendLiterals, stampMailbox and leadingRun.");
 
 static PyObject *
 bindOutgoing(PyObject *module, PyObject *cls)
@@ -109,7 +123,8 @@ bindOutgoing(PyObject *module, PyObject *cls)
     Py_ssize_t body = slotOffset(type, "body");
     Py_ssize_t arguments = body < 0 ? -1 : slotOffset(type, "arguments");
     Py_ssize_t binary = arguments < 0 ? -1 : slotOffset(type, "binary");
-    if (binary < 0) {
+    Py_ssize_t mailbox = binary < 0 ? -1 : slotOffset(type, "mailbox");
+    if (mailbox < 0) {
         return NULL;
     }
     Py_INCREF(cls);
@@ -117,6 +132,7 @@ bindOutgoing(PyObject *module, PyObject *cls)
     bodyOffset = body;
     argumentsOffset = arguments;
     binaryOffset = binary;
+    mailboxOffset = mailbox;
     Py_RETURN_NONE;
 }
 
@@ -632,6 +648,147 @@ failed:
     return NULL;
 }
 
+/* The length of a message's body: bytes, bytearray, or len() of any
+ * other (a StreamedBody); -1 with an error set. */
+static inline Py_ssize_t
+bodyLength(PyObject *message)
+{
+    PyObject *body = slotOf(message, bodyOffset, "body");
+    if (body == NULL) {
+        return -1;
+    }
+    if (PyBytes_Check(body)) {
+        return PyBytes_GET_SIZE(body);
+    }
+    if (PyByteArray_Check(body)) {
+        return PyByteArray_GET_SIZE(body);
+    }
+    Py_INCREF(body);
+    Py_ssize_t length = PyObject_Size(body);
+    Py_DECREF(body);
+    return length;
+}
+
+/* messages is a list of OutgoingMessages: 0, or -1 with an error set. */
+static int
+checkMessages(PyObject *messages, const char *function)
+{
+    if (outgoingType == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: bindOutgoing was not called", function);
+        return -1;
+    }
+    if (!PyList_Check(messages)) {
+        PyErr_Format(PyExc_TypeError, "%s needs a list", function);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(messages, i), outgoingType)) {
+            PyErr_Format(PyExc_TypeError, "%s: not an OutgoingMessage", function);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(stampMailbox_doc,
+             "stampMailbox(messages, mailbox, /)\n--\n\n"
+             "Give each of messages mailbox; return the octets of their bodies.\n"
+             "See imapmig.imap.sendqueue.stampMailboxPython.");
+
+static PyObject *
+stampMailbox(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "stampMailbox takes exactly 2 arguments");
+        return NULL;
+    }
+    PyObject *messages = args[0], *mailbox = args[1];
+    if (checkMessages(messages, "stampMailbox") < 0) {
+        return NULL;
+    }
+    long long octets = 0;
+    /* The size is read at each step: len() of a streamed body runs
+     * Python code. */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(messages); i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        Py_INCREF(message);
+        PyObject **slot = (PyObject **)((char *)message + mailboxOffset);
+        PyObject *old = *slot;
+        Py_INCREF(mailbox);
+        *slot = mailbox;
+        Py_XDECREF(old);
+        Py_ssize_t length = bodyLength(message);
+        Py_DECREF(message);
+        if (length < 0) {
+            return NULL;
+        }
+        octets += length;
+    }
+    return PyLong_FromLongLong(octets);
+}
+
+PyDoc_STRVAR(leadingRun_doc,
+             "leadingRun(batch, mailbox, limit, /)\n--\n\n"
+             "How many messages lead batch for mailbox with at most limit octets\n"
+             "of bodies together, and their octets.  See\n"
+             "imapmig.imap.sendqueue.leadingRunPython.");
+
+static PyObject *
+leadingRun(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "leadingRun takes exactly 3 arguments");
+        return NULL;
+    }
+    PyObject *batch = args[0], *mailbox = args[1];
+    if (checkMessages(batch, "leadingRun") < 0) {
+        return NULL;
+    }
+    int overflow;
+    long long limit = PyLong_AsLongLongAndOverflow(args[2], &overflow);
+    if (limit == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (overflow) {
+        limit = overflow > 0 ? LLONG_MAX : -1;
+    }
+    long long octets = 0;
+    Py_ssize_t count = 0;
+    for (; count < PyList_GET_SIZE(batch); count++) {
+        PyObject *message = PyList_GET_ITEM(batch, count);
+        PyObject *its = slotOf(message, mailboxOffset, "mailbox");
+        if (its == NULL) {
+            return NULL;
+        }
+        if (its != mailbox) {
+            Py_INCREF(message);
+            Py_INCREF(its);
+            int same = PyObject_RichCompareBool(its, mailbox, Py_EQ);
+            Py_DECREF(its);
+            Py_DECREF(message);
+            if (same < 0) {
+                return NULL;
+            }
+            if (!same) {
+                break;
+            }
+        }
+        Py_INCREF(message);
+        Py_ssize_t length = bodyLength(message);
+        Py_DECREF(message);
+        if (length < 0) {
+            return NULL;
+        }
+        if (octets + length > limit) {
+            break;
+        }
+        octets += length;
+    }
+    return Py_BuildValue("(nL)", count, octets);
+}
+
 static PyMethodDef appendMethods[] = {
     {"bindOutgoing", (PyCFunction)bindOutgoing, METH_O, bindOutgoing_doc},
     {"appendLiterals", (PyCFunction)(void (*)(void))appendLiterals, METH_FASTCALL,
@@ -640,6 +797,8 @@ static PyMethodDef appendMethods[] = {
     {"prepareMessages", (PyCFunction)(void (*)(void))prepareMessages, METH_FASTCALL,
      prepareMessages_doc},
     {"appendedColumns", (PyCFunction)appendedColumns, METH_O, appendedColumns_doc},
+    {"stampMailbox", (PyCFunction)(void (*)(void))stampMailbox, METH_FASTCALL, stampMailbox_doc},
+    {"leadingRun", (PyCFunction)(void (*)(void))leadingRun, METH_FASTCALL, leadingRun_doc},
     {NULL, NULL, 0, NULL},
 };
 

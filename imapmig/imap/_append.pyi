@@ -1,5 +1,6 @@
 # The C extension imapmig/imap/_append.c, built where a compiler is:
-# imapmig.imap.pipeline.appendLiteralsPython and
+# imapmig.imap.pipeline.appendLiteralsPython,
+# imapmig.imap.sendqueue.stampMailboxPython and leadingRunPython,
 # imapmig.job.preparation.prepareMessagesPython and
 # imapmig.job.recording.appendedColumnsPython are the same functions,
 # documented.
@@ -14,6 +15,10 @@ def bindOutgoing(cls: type[OutgoingMessage], /) -> None: ...
 def appendLiterals(
     messages: list[OutgoingMessage], start: int, limit: int, budget: int, out: list[Piece], /
 ) -> tuple[int, bool]: ...
+def stampMailbox(messages: list[OutgoingMessage], mailbox: bytes, /) -> int: ...
+def leadingRun(
+    batch: list[OutgoingMessage], mailbox: bytes, limit: int, /
+) -> tuple[int, int]: ...
 def bindSent(sentClass: type, sourceClass: type, unknown: int, needsBinary: int, /) -> None: ...
 def prepareMessages(
     chunk: Sequence[Any],

@@ -195,11 +195,10 @@ def appendLiteralsPython(
 
 
 try:
-    from imapmig.imap._append import appendLiterals as appendLiterals, bindOutgoing
+    # Bound to OutgoingMessage by imapmig.imap.sendqueue.
+    from imapmig.imap._append import appendLiterals as appendLiterals
 except ImportError:  # pragma: no cover (the extension is built in the checkout)
     appendLiterals = appendLiteralsPython
-else:
-    bindOutgoing(OutgoingMessage)
 
 
 def _appended(outcomes: AppendOutcomes, messages: list[OutgoingMessage], rest: bytes) -> None:
