@@ -415,3 +415,20 @@ class AppendedColumnsTests(SynchronousTestCase):
         cases += [[streamed], [plain, object()]]
         for messages in cases:
             self.assertIsNone(self.both(messages), messages)
+
+    def test_sourceKeys(self) -> None:
+        """
+        L{imapmig.job.recording.sourceKeys} (the C extension's, where
+        built) and its twin L{sourceKeysPython}: the keys of a list or
+        tuple of L{SourceMessage}s, L{None} for anything else.
+        """
+        from imapmig.job import recording
+
+        messages = [SourceMessage("k1", (), None, 1), SourceMessage("k2", ("\\Seen",), None, 2)]
+        cases: list[object] = [messages, tuple(messages), []]
+        cases += [[messages[0], object()], iter(messages)]
+        for function in {recording.sourceKeys, recording.sourceKeysPython}:
+            self.assertEqual(
+                [function(case) for case in cases],  # type: ignore[arg-type]
+                [["k1", "k2"], ["k1", "k2"], [], None, None],
+            )

@@ -39,6 +39,12 @@
  *     many messages lead the list batch for mailbox with no more than
  *     limit octets of bodies together, and those octets.
  *
+ * sourceKeys(messages) -> list
+ *
+ *     The same function as imapmig.job.recording.sourceKeysPython: the
+ *     keys of a list of SourceMessages (a unit's, for its journal entry),
+ *     or None if one is of another type.
+ *
  * sendPieces(fd, pieces) -> octets
  *
  *     The same as socket.sendmsg(pieces) on the socket whose descriptor is
@@ -805,6 +811,40 @@ leadingRun(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return Py_BuildValue("(nL)", count, octets);
 }
 
+PyDoc_STRVAR(sourceKeys_doc,
+             "sourceKeys(messages, /)\n--\n\n"
+             "The keys of messages, a list or tuple of SourceMessages; None if one\n"
+             "is of another type.  See imapmig.job.recording.sourceKeysPython.");
+
+static PyObject *
+sourceKeys(PyObject *module, PyObject *messages)
+{
+    (void)module;
+    if (sourceType == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "sourceKeys: bindSent was not called");
+        return NULL;
+    }
+    if (!PyList_Check(messages) && !PyTuple_Check(messages)) {
+        Py_RETURN_NONE;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(messages);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *message = PySequence_Fast_GET_ITEM(messages, i);
+        if (!Py_IS_TYPE(message, sourceType) || slotAt(message, sourceKey) == NULL) {
+            Py_RETURN_NONE;
+        }
+    }
+    PyObject *keys = PyList_New(count);
+    if (keys == NULL) {
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *message = PySequence_Fast_GET_ITEM(messages, i);
+        PyList_SET_ITEM(keys, i, Py_NewRef(slotAt(message, sourceKey)));
+    }
+    return keys;
+}
+
 PyDoc_STRVAR(sendPieces_doc,
              "sendPieces(fd, pieces, /)\n--\n\n"
              "socket.sendmsg(pieces) on the socket of descriptor fd, for pieces of\n"
@@ -922,6 +962,7 @@ static PyMethodDef appendMethods[] = {
     {"appendedColumns", (PyCFunction)appendedColumns, METH_O, appendedColumns_doc},
     {"stampMailbox", (PyCFunction)(void (*)(void))stampMailbox, METH_FASTCALL, stampMailbox_doc},
     {"leadingRun", (PyCFunction)(void (*)(void))leadingRun, METH_FASTCALL, leadingRun_doc},
+    {"sourceKeys", (PyCFunction)sourceKeys, METH_O, sourceKeys_doc},
     {"sendPieces", (PyCFunction)(void (*)(void))sendPieces, METH_FASTCALL, sendPieces_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -2,7 +2,8 @@
 # imapmig.imap.pipeline.appendLiteralsPython,
 # imapmig.imap.sendqueue.stampMailboxPython and leadingRunPython,
 # imapmig.job.preparation.prepareMessagesPython and
-# imapmig.job.recording.appendedColumnsPython are the same functions,
+# imapmig.job.recording.appendedColumnsPython and sourceKeysPython are the
+# same functions,
 # documented.
 
 from datetime import datetime
@@ -19,6 +20,7 @@ def stampMailbox(messages: list[OutgoingMessage], mailbox: bytes, /) -> int: ...
 def leadingRun(
     batch: list[OutgoingMessage], mailbox: bytes, limit: int, /
 ) -> tuple[int, int]: ...
+def sourceKeys(messages: Sequence[Any], /) -> list[str] | None: ...
 def sendPieces(fd: int, pieces: Sequence[Piece], /) -> Any: ...
 def bindSent(sentClass: type, sourceClass: type, unknown: int, needsBinary: int, /) -> None: ...
 def prepareMessages(

@@ -142,10 +142,26 @@ def appendedColumnsPython(
     return [m.source.key for m in sent], sizes, converted, sum(sizes), sum(converted), listed
 
 
+def sourceKeysPython(messages: Sequence[SourceMessage]) -> list[str] | None:
+    """
+    The keys of C{messages} (a unit's, for its journal entry), a list or
+    tuple of L{SourceMessage}s; L{None} if one is of another type.
+
+    The reference and the fallback of the C extension's L{sourceKeys}.
+    """
+    if not isinstance(messages, (list, tuple)):
+        return None
+    if any(type(m) is not SourceMessage for m in messages):
+        return None
+    return [m.key for m in messages]
+
+
 try:
     from imapmig.imap._append import appendedColumns as appendedColumns, bindSent
+    from imapmig.imap._append import sourceKeys as sourceKeys
 except ImportError:  # pragma: no cover (the extension is built in the checkout)
     appendedColumns = appendedColumnsPython
+    sourceKeys = sourceKeysPython
 else:
     bindSent(SentMessage, SourceMessage, UNKNOWN, NUL | EIGHT_BIT)
 
@@ -292,7 +308,7 @@ class OutcomeRecorder:
         """
         if self._abandoned:
             return fail(LeaseLost("the job's run was abandoned"))
-        keys = FolderKeys(folderKey, [m.key for m in messages])
+        keys = FolderKeys(folderKey, sourceKeys(messages) or [m.key for m in messages])
         d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, keys)
         return d.addCallbacks(JournalTicket, self._fenced, callbackArgs=(len(keys),))
 
