@@ -640,10 +640,21 @@ appendedColumns(PyObject *module, PyObject *messages)
     }
     long long octets = 0, convertedCount = 0, listedOctets = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
+        /* Checked again: making the lists may have run a collection, and
+         * a finalizer could change the list or its messages. */
+        if (PyList_GET_SIZE(messages) != count) {
+            goto changed;
+        }
         PyObject *message = PyList_GET_ITEM(messages, i);
         PyObject *source = slotAt(message, sentSource);
         PyObject *converted = slotAt(message, sentConverted);
         PyObject *body = slotAt(message, sentBody);
+        if (!Py_IS_TYPE(message, sentType) || source == NULL || !Py_IS_TYPE(source, sourceType)
+            || converted == NULL || !PyLong_CheckExact(converted) || body == NULL
+            || !(PyBytes_Check(body) || PyByteArray_Check(body)) || slotAt(source, sourceKey) == NULL
+            || slotAt(source, sourceSize) == NULL || !PyLong_CheckExact(slotAt(source, sourceSize))) {
+            goto changed;
+        }
         Py_ssize_t size = PyBytes_Check(body) ? PyBytes_GET_SIZE(body) : PyByteArray_GET_SIZE(body);
         PyObject *sizeObject = PyLong_FromSsize_t(size);
         if (sizeObject == NULL) {
@@ -663,6 +674,11 @@ appendedColumns(PyObject *module, PyObject *messages)
     }
     return Py_BuildValue("(NNNLLL)", keys, sizes, conversions, octets, convertedCount,
                          listedOctets);
+changed:
+    Py_DECREF(keys);
+    Py_DECREF(sizes);
+    Py_DECREF(conversions);
+    Py_RETURN_NONE;
 failed:
     Py_XDECREF(keys);
     Py_XDECREF(sizes);
@@ -871,11 +887,13 @@ sendPieces(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return PyErr_SetFromErrno(PyExc_OSError);
     }
     int fd = (int)descriptor;
-    PyObject *pieces = PySequence_Fast(args[1], "sendPieces needs a sequence of pieces");
+    /* A tuple of the pieces holds each of them (and so its buffer) while
+     * the GIL is released, whatever becomes of the caller's list. */
+    PyObject *pieces = PySequence_Tuple(args[1]);
     if (pieces == NULL) {
         return NULL;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(pieces);
+    Py_ssize_t count = PyTuple_GET_SIZE(pieces);
     long iovMax = sysconf(_SC_IOV_MAX);
     if (iovMax <= 0) {
         iovMax = 1024;
@@ -895,10 +913,9 @@ sendPieces(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     PyObject *result = NULL;
-    /* The pieces are held (pieces holds them) while the GIL is released:
-     * bytes cannot change, and a memoryview's export keeps its buffer. */
+    /* Bytes cannot change, and a memoryview's export keeps its buffer. */
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *piece = PySequence_Fast_GET_ITEM(pieces, i);
+        PyObject *piece = PyTuple_GET_ITEM(pieces, i);
         if (PyBytes_Check(piece)) {
             vectors[i].iov_base = PyBytes_AS_STRING(piece);
             vectors[i].iov_len = (size_t)PyBytes_GET_SIZE(piece);
