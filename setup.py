@@ -4,9 +4,11 @@ imapmig.mail._octets (imapmig/mail/_octets.c and _crlf.c, the one pass
 over a message's octets), imapmig.sources._listing
 (imapmig/sources/_listing.c, a listed file's size and mtime) and
 imapmig.imap._literal (imapmig/imap/_literal.c, a FETCH literal read into
-its final bytes).  They are optional: without a C compiler or Python's
+its final bytes) and imapmig.imap._append (imapmig/imap/_append.c, the
+send side's per-message loops).  They are optional: without a C compiler or Python's
 headers the build goes on without them, and imapmig.mail.octets,
-imapmig.sources.local and imapmig.imap.literal use their Python twins
+imapmig.sources.local, imapmig.imap.literal and imapmig.imap.pipeline use
+their Python twins
 (docs/install.md says what the compiler buys).
 """
 
@@ -29,6 +31,11 @@ setup(
         Extension(
             "imapmig.imap._literal",
             sources=["imapmig/imap/_literal.c"],
+            optional=True,
+        ),
+        Extension(
+            "imapmig.imap._append",
+            sources=["imapmig/imap/_append.c"],
             optional=True,
         ),
     ]

@@ -10,6 +10,7 @@ import errno
 import select
 import socket
 import weakref
+from unittest import SkipTest
 
 from twisted.internet import main, tcp
 from twisted.internet.protocol import Protocol
@@ -683,3 +684,84 @@ class SendNowTests(SynchronousTestCase):
         sock.room = 100
         transport.doWrite()
         self.assertEqual(sock.wire(), b"recordsXY")
+
+
+class SendPiecesTests(SynchronousTestCase):
+    """
+    The C extension's C{sendPieces} (used by L{_sendmsg} for a socket's
+    own sendmsg) does what C{socket.sendmsg}, its reference, does.
+    """
+
+    def setUp(self) -> None:
+        from imapmig.imap import gather
+
+        if gather.sendPieces is None:
+            raise SkipTest("the C extension is not built")
+        self.sendPieces = gather.sendPieces
+        self.ours, self.peer = socket.socketpair()
+        self.addCleanup(self.ours.close)
+        self.addCleanup(self.peer.close)
+        self.ours.setblocking(False)
+        self.peer.setblocking(False)
+
+    def received(self) -> bytes:
+        """
+        What the peer has received so far.
+        """
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunk = self.peer.recv(1 << 20)
+            except BlockingIOError:
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    def test_sameOctets(self) -> None:
+        """
+        Bytes, views (of bytes and of a bytearray, cut), empty pieces and
+        no pieces at all: the same octets sent, and the same count.
+        """
+        shared = bytearray(b"0123456789")
+        cases: list[list[Piece]] = [
+            [],
+            [b""],
+            [b"a", memoryview(b"bcd")[1:], b"", memoryview(shared)[2:5], b"\0\xff\r\n"],
+            [b"x" * 70 for _ in range(70)],
+        ]
+        for pieces in cases:
+            self.assertEqual(self.sendPieces(self.ours.fileno(), pieces), self.ours.sendmsg(pieces))
+            whole = b"".join(bytes(piece) for piece in pieces)
+            self.assertEqual(self.received(), whole + whole)
+
+    def test_failures(self) -> None:
+        """
+        A full socket, a view that is not contiguous or released, a
+        closed socket, and a peer gone: the same errors; a piece of
+        another kind is left to C{socket.sendmsg} (L{NotImplemented}).
+        """
+        fd = self.ours.fileno()
+        other: list[object] = [b"a", bytearray(b"b")]
+        self.assertIs(self.sendPieces(fd, other), NotImplemented)  # type: ignore[arg-type]
+        self.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        big = [b"z" * (1 << 20)]
+        while True:
+            try:
+                self.sendPieces(fd, big)
+            except BlockingIOError:
+                break
+        self.assertRaises(BlockingIOError, self.ours.sendmsg, big)
+        self.assertRaises(BlockingIOError, self.sendPieces, fd, big)
+        self.received()
+        strided = memoryview(bytearray(b"abcdef"))[::2]
+        released = memoryview(b"abc")
+        released.release()
+        for bad, error in ((strided, BufferError), (released, ValueError)):
+            self.assertRaises(error, self.ours.sendmsg, [bad])
+            self.assertRaises(error, self.sendPieces, fd, [bad])
+        self.peer.close()
+        self.assertRaises(BrokenPipeError, self.ours.sendmsg, [b"x"])
+        self.assertRaises(BrokenPipeError, self.sendPieces, fd, [b"x"])
+        self.ours.close()
+        self.assertRaises(OSError, self.ours.sendmsg, [b"x"])
+        error = self.assertRaises(OSError, self.sendPieces, self.ours.fileno(), [b"x"])
+        self.assertEqual(error.errno, errno.EBADF)

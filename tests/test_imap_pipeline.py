@@ -19,6 +19,7 @@ from twisted.internet.error import ConnectionDone
 
 from imapmig.errors import ConnectionLost, MailboxMissing, QuotaExceeded, ServerBusy
 from imapmig.imap.client import MigrationIMAP4Client
+from imapmig.imap.gather import Piece
 from imapmig.mail.message import StreamedBody
 from imapmig.imap.appenduid import parseAppendUID, parseUIDSet
 from imapmig.imap.mailboxname import encodeMailboxName
@@ -113,36 +114,69 @@ class HelperTests(SynchronousTestCase):
     The pure helpers of the pipeline module.
     """
 
-    def test_plainLiterals(self) -> None:
+    def test_appendLiterals(self) -> None:
         """
-        L{imapmig.imap.pipeline._plainLiterals} writes the non-synchronizing
-        literals from C{start} on, a bytearray body as a view of it (no
-        copy), and stops at the first binary, synchronizing or large one,
-        or once about WRITE_GATHER octets are gathered, returning the index
-        reached and whether the gather stopped it.
+        L{imapmig.imap.pipeline.appendLiterals} (the C extension's, where
+        built) and its Python twin L{appendLiteralsPython} write the
+        non-synchronizing literals from C{start} on, a binary one as a
+        literal8, a bytearray body as a view of it (no copy), and stop at
+        the first one larger than the limit or not in memory, or once the
+        budget is spent, returning the index reached and whether the
+        budget stopped it.
         """
-        from imapmig.imap.pipeline import STREAM_THRESHOLD, _plainLiterals
+        from imapmig.imap import pipeline
 
-        converted = bytearray(b"b\r\n")
+        for appendLiterals in {pipeline.appendLiterals, pipeline.appendLiteralsPython}:
+            converted = bytearray(b"b\r\n")
+            messages = [
+                OutgoingMessage(b"skipped", b" ()", None),
+                OutgoingMessage(b"a", b" (\\Seen)", None),
+                OutgoingMessage(converted, b" ()", None),
+                OutgoingMessage(b"c\0", b" ()", None, binary=True),
+                OutgoingMessage(b"", b"", None),
+                OutgoingMessage(b"d" * 101, b" ()", None),
+            ]
+            out: list[Piece] = []
+            self.assertEqual(appendLiterals(messages, 1, 100, 1000, out), (5, False))
+            self.assertEqual(out[:3], [b" (\\Seen) {1+}\r\n", b"a", b" () {3+}\r\n"])
+            view = out[3]
+            assert isinstance(view, memoryview)
+            self.assertIs(view.obj, converted)
+            self.assertEqual(out[4:], [b" () ~{2+}\r\n", b"c\0", b" {0+}\r\n", b""])
+            self.assertEqual(appendLiterals(messages, 5, 101, 1000, []), (6, False))
+            self.assertEqual(appendLiterals(messages, 5, 100, 1000, []), (5, False))
+            # Synchronizing mode: every literal stops (limit -1).
+            self.assertEqual(appendLiterals(messages, 4, -1, 1000, []), (4, False))
+            self.assertEqual(appendLiterals(messages, 6, 100, 1000, []), (6, False))
+            # The budget is checked before each message: spent, it stops.
+            self.assertEqual(appendLiterals(messages, 1, 100, 0, []), (1, True))
+            self.assertEqual(appendLiterals(messages, 1, 100, 4, []), (3, True))
+            self.assertEqual(appendLiterals(messages, 1, 1 << 70, 1 << 70, []), (6, False))
+            streamed = [OutgoingMessage(object(), b"", None)]  # type: ignore[arg-type]
+            self.assertEqual(appendLiterals(streamed, 0, 1 << 40, 10, []), (0, False))
+            half = OutgoingMessage(b"h" * (WRITE_GATHER // 2), b" ()", None)
+            self.assertEqual(
+                appendLiterals([half, half, half], 0, 1 << 40, WRITE_GATHER, []), (2, True)
+            )
+
+    def test_appendLiteralsHeaders(self) -> None:
+        """
+        The C extension's L{appendLiterals} writes the same pieces as its
+        Python twin for sizes of every number of digits, binary or not.
+        """
+        from imapmig.imap import pipeline
+
         messages = [
-            OutgoingMessage(b"skipped", b" ()", None),
-            OutgoingMessage(b"a", b" (\\Seen)", None),
-            OutgoingMessage(converted, b" ()", None),
-            OutgoingMessage(b"c", b" ()", None, binary=True),
-            OutgoingMessage(b"d", b" ()", None),
+            OutgoingMessage(b"x" * size, b' (\\Seen) "01-Jan-2020 00:00:00 +0000"', None, binary)
+            for size in (0, 1, 9, 10, 99, 100, 12345, 100000)
+            for binary in (False, True)
         ]
-        out: list[object] = []
-        self.assertEqual(_plainLiterals(messages, 1, 100, out), (3, False))  # type: ignore[arg-type]
-        self.assertEqual(out[:3], [b" (\\Seen) {1+}\r\n", b"a", b" () {3+}\r\n"])
-        view = out[3]
-        assert isinstance(view, memoryview)
-        self.assertIs(view.obj, converted)
-        self.assertEqual(_plainLiterals(messages, 4, 100, []), (5, False))
-        self.assertEqual(_plainLiterals(messages, 4, 0, []), (4, False))
-        large = [OutgoingMessage(b"x" * (STREAM_THRESHOLD + 1), b" ()", None)]
-        self.assertEqual(_plainLiterals(large, 0, 1 << 40, []), (0, False))
-        half = OutgoingMessage(b"h" * (WRITE_GATHER // 2), b" ()", None)
-        self.assertEqual(_plainLiterals([half, half, half], 0, 1 << 40, []), (2, True))
+        expected: list[Piece] = []
+        python = pipeline.appendLiteralsPython(messages, 0, 1 << 20, 1 << 20, expected)
+        out: list[Piece] = []
+        self.assertEqual(pipeline.appendLiterals(messages, 0, 1 << 20, 1 << 20, out), python)
+        self.assertEqual(out, expected)
+        self.assertEqual(expected[2:4], [b' (\\Seen) "01-Jan-2020 00:00:00 +0000" ~{0+}\r\n', b""])
 
     def test_chooseLiteralMode(self) -> None:
         """

@@ -256,3 +256,56 @@ class RetryTests(SynchronousTestCase):
         self.assertIsNone(queue.next(2, 20))
         self.assertIsNone(queue.next(1, 85))
         self.assertEqual(origins(queue.next(1, 80)), ([0, 1], 20))
+
+
+class TwinTests(SynchronousTestCase):
+    """
+    L{imapmig.imap.sendqueue.stampMailbox} and L{leadingRun} (the C
+    extension's, where built) do what their Python twins do.
+    """
+
+    def test_stampMailbox(self) -> None:
+        """
+        Each message gets the mailbox; the octets of their bodies (bytes,
+        bytearray, anything with a length) come back.
+        """
+        from imapmig.imap import sendqueue
+
+        for stamp in {sendqueue.stampMailbox, sendqueue.stampMailboxPython}:
+            messages = [
+                OutgoingMessage(b"abc", b"", None),
+                OutgoingMessage(bytearray(b"de"), b"", None),
+                OutgoingMessage(b"", b"", None),
+            ]
+            self.assertEqual(stamp(messages, b"Box"), 5)
+            self.assertEqual([m.mailbox for m in messages], [b"Box"] * 3)
+            self.assertEqual(stamp([], b"Box"), 0)
+
+    def test_leadingRun(self) -> None:
+        """
+        The messages that lead a batch for its mailbox (an equal one, or
+        the same object) within the limit, and their octets; none when
+        the first is over the limit.
+        """
+        from imapmig.imap import sendqueue
+
+        def message(size: int, mailbox: bytes) -> OutgoingMessage:
+            made = OutgoingMessage(b"x" * size, b"", None)
+            made.mailbox = mailbox
+            return made
+
+        other = bytes(bytearray(b"Box"))
+        batch = [message(3, b"Box"), message(4, other), message(0, b"Box"), message(5, b"Two")]
+        cases = [
+            (batch, 100, (3, 7)),
+            (batch, 7, (3, 7)),
+            (batch, 6, (1, 3)),
+            (batch, 2, (0, 0)),
+            (batch, -1, (0, 0)),
+            (batch[3:], 5, (1, 5)),
+            ([], 10, (0, 0)),
+        ]
+        for run in {sendqueue.leadingRun, sendqueue.leadingRunPython}:
+            for messages, limit, expected in cases:
+                mailbox = messages[0].mailbox if messages else b"Box"
+                self.assertEqual(run(messages, mailbox, limit), expected, (messages, limit))

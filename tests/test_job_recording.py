@@ -360,3 +360,75 @@ class OutageRecordingTests(SynchronousTestCase):
         self.assertEqual(said[0][0], LogLevel.error)
         self.assertIn("cannot be reached (db: connection refused)", said[0][1])
         self.assertIn("answers again after 20.0 s (10 attempts failed)", said[1][1])
+
+
+class AppendedColumnsTests(SynchronousTestCase):
+    """
+    L{imapmig.job.recording.appendedColumns} (the C extension's, where
+    built) and its Python twin L{appendedColumnsPython} give the same
+    columns and sums, or both L{None}.
+    """
+
+    def both(self, messages: Sequence[object]) -> object:
+        """
+        Both on C{messages}, which must agree (in value and in type).
+        """
+        from imapmig.job import recording
+
+        made = recording.appendedColumns(messages)
+        twin = recording.appendedColumnsPython(messages)  # type: ignore[arg-type]
+        self.assertEqual(made, twin)
+        self.assertEqual(repr(made), repr(twin))
+        return made
+
+    def test_oneTarget(self) -> None:
+        """
+        Messages of one target without a note: their keys, sizes as sent
+        and conversions, the octets sent, the conversions and the octets
+        listed.
+        """
+        target = Target("F", "Box")
+        messages = [
+            SentMessage(b"abc", b"", False, target, SourceMessage("k1", (), None, 2), None, 1),
+            SentMessage(
+                bytearray(b"de"), b"", True, target, SourceMessage("k2", (), None, 2), None, 0
+            ),
+            SentMessage(b"", b"", False, target, SourceMessage("k3", (), None, 0), None, 0),
+        ]
+        self.assertEqual(
+            self.both(messages), (["k1", "k2", "k3"], [3, 2, 0], [1, 0, 0], 5, 1, 4)
+        )
+
+    def test_other(self) -> None:
+        """
+        An empty list, a tuple, two targets, a note, a body not in memory,
+        and anything not a L{SentMessage}: L{None}.
+        """
+        target = Target("F", "Box")
+        source = SourceMessage("k", (), None, 1)
+        plain = SentMessage(b"a", b"", False, target, source, None, 0)
+        other = SentMessage(b"a", b"", False, Target("G", "Box"), source, None, 0)
+        noted = SentMessage(b"a", b"", False, target, source, "a note", 0)
+        streamed = SentMessage(b"a", b"", False, target, source, None, 0)
+        streamed.body = object()  # type: ignore[assignment]
+        cases: list[Sequence[object]] = [[], (plain,), [plain, other], [plain, noted]]
+        cases += [[streamed], [plain, object()]]
+        for messages in cases:
+            self.assertIsNone(self.both(messages), messages)
+
+    def test_sourceKeys(self) -> None:
+        """
+        L{imapmig.job.recording.sourceKeys} (the C extension's, where
+        built) and its twin L{sourceKeysPython}: the keys of a list or
+        tuple of L{SourceMessage}s, L{None} for anything else.
+        """
+        from imapmig.job import recording
+
+        messages = [SourceMessage("k1", (), None, 1), SourceMessage("k2", ("\\Seen",), None, 2)]
+        cases: list[object] = [messages, tuple(messages), []]
+        cases += [[messages[0], object()], iter(messages)]
+        for function in {recording.sourceKeys, recording.sourceKeysPython}:
+            self.assertEqual(
+                [function(case) for case in cases],  # type: ignore[arg-type]
+                [["k1", "k2"], ["k1", "k2"], [], None, None],
+            )

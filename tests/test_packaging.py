@@ -227,6 +227,7 @@ class WheelTests(SynchronousTestCase):
             "imapmig/mail/_octets.pyi",
             "imapmig/sources/_listing.pyi",
             "imapmig/imap/_literal.pyi",
+            "imapmig/imap/_append.pyi",
         ):
             self.assertIn(name, self.names)
 
@@ -237,10 +238,12 @@ class WheelTests(SynchronousTestCase):
         (imapmig/mail/_octets.c and imapmig/sources/_listing.c built;
         without them, the build goes on and imapmig uses their Python
         twins), and not their sources; so the FETCH literal buffer
-        (imapmig/imap/_literal.c).
+        (imapmig/imap/_literal.c) and the send side's loops
+        (imapmig/imap/_append.c).
         """
         headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
-        for module in ("imapmig/mail/_octets", "imapmig/sources/_listing", "imapmig/imap/_literal"):
+        for module in ("imapmig/mail/_octets", "imapmig/sources/_listing", "imapmig/imap/_literal",
+                       "imapmig/imap/_append"):
             built = [name for name in self.names if name.startswith(module + ".")]
             if shutil.which(os.environ.get("CC", "gcc")) and headers.exists():
                 self.assertEqual(len([name for name in built if name.endswith(".so")]), 1, built)

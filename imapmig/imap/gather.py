@@ -33,7 +33,7 @@ import os
 import socket
 import weakref
 from errno import ENOBUFS
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from twisted.internet import main, tcp
 
@@ -47,6 +47,14 @@ slice (given to C{sendmsg} as it is, and held as it is until sent).
 
 # The most buffers one sendmsg takes (Linux UIO_MAXIOV).
 _IOV_MAX: int = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+
+# The C extension's sendmsg of pieces (imapmig/imap/_append.c), where
+# built: socket.sendmsg is its reference and its fallback.
+sendPieces: Callable[[int, Sequence[Piece]], Any] | None
+try:
+    from imapmig.imap._append import sendPieces
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    sendPieces = None
 
 
 class GatherWriter:
@@ -182,10 +190,15 @@ def _sendmsg(sock: socket.socket, pieces: Sequence[Piece]) -> int:
 
     @raise OSError: the socket refused the write (the peer is gone).
     """
+    offered = pieces if len(pieces) <= _IOV_MAX else pieces[:_IOV_MAX]
     try:
-        if len(pieces) <= _IOV_MAX:
-            return sock.sendmsg(pieces)
-        return sock.sendmsg(pieces[:_IOV_MAX])
+        # A socket's own: its descriptor straight to sendmsg(2), without
+        # socket.sendmsg's parsing of each piece (C, _append.sendPieces).
+        if type(sock) is socket.socket and sendPieces is not None:
+            sent = sendPieces(sock.fileno(), offered)
+            if sent is not NotImplemented:
+                return int(sent)
+        return sock.sendmsg(offered)
     except BlockingIOError:
         return 0
 
@@ -225,12 +238,10 @@ def _hold(connection: Any, pieces: list[Piece], size: int) -> None:
 
 def _total(pieces: Sequence[Piece]) -> int:
     """
-    The octets of C{pieces}.
+    The octets of C{pieces} (C{map} and C{sum} loop in C: a third of the
+    instructions of a Python loop over a write's pieces, two a message).
     """
-    total = 0
-    for piece in pieces:
-        total += len(piece)
-    return total
+    return sum(map(len, pieces))
 
 
 def _rest(pieces: Sequence[Piece], sent: int) -> list[Piece]:

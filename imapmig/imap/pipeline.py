@@ -161,31 +161,44 @@ _SYNC_ABOVE = {
 }
 
 
-def _plainLiterals(
-    messages: list[OutgoingMessage], start: int, syncAbove: int, out: list[Piece]
+def appendLiteralsPython(
+    messages: list[OutgoingMessage], start: int, limit: int, budget: int, out: list[Piece]
 ) -> tuple[int, bool]:
     """
-    Append to C{out} the non-synchronizing literals of C{messages} from
-    C{start} on, up to the first one that is binary, synchronizing, large
-    or streamed (which L{AppendPipeline._writeLiterals} writes), or until
-    about L{WRITE_GATHER} octets are gathered; return the index reached
-    (or C{len(messages)}) and whether the gather stopped there.  Five
-    statements a message where the general loop takes ten.
+    Append to C{out} the non-synchronizing literals (plain or binary) of
+    C{messages} from C{start} on, each its header and its body, up to the
+    first one whose body is not in memory or is larger than C{limit} (a
+    synchronizing or large literal, which L{AppendPipeline._writeLiterals}
+    writes), or until C{budget} octets of bodies are gathered; return the
+    index reached (or C{len(messages)}) and whether the budget stopped it.
+    A bytearray body is appended as a view of it (no copy).
+
+    The reference and the fallback of the C extension's
+    L{appendLiterals}, which takes no bytecode a message.
     """
-    limit = min(syncAbove, STREAM_THRESHOLD)
     index = start
-    budget = WRITE_GATHER
     for message in messages[start:]:
         if budget <= 0:
             return index, True
         body = message.body
-        if message.binary or len(body) > limit or isinstance(body, StreamedBody):
+        if not isinstance(body, (bytes, bytearray)):
             return index, False
-        out.append(b"%s {%d+}\r\n" % (message.arguments, len(body)))
+        size = len(body)
+        if size > limit:
+            return index, False
+        opening = b" ~{" if message.binary else b" {"
+        out.append(b"%s%s%d+}\r\n" % (message.arguments, opening, size))
         out.append(body if type(body) is bytes else memoryview(body))
-        budget -= len(body)
+        budget -= size
         index += 1
     return index, False
+
+
+try:
+    # Bound to OutgoingMessage by imapmig.imap.sendqueue.
+    from imapmig.imap._append import appendLiterals as appendLiterals
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    appendLiterals = appendLiteralsPython
 
 
 def _appended(outcomes: AppendOutcomes, messages: list[OutgoingMessage], rest: bytes) -> None:
@@ -571,26 +584,25 @@ class AppendPipeline:
         syncAbove = self._syncAbove
         if not start:
             out.append(b"%s APPEND %s" % (command.tag, messages[0].mailbox))
-        reached, gathered = _plainLiterals(messages, start, syncAbove, out)
+        index, gathered = appendLiterals(
+            messages, start, min(syncAbove, STREAM_THRESHOLD), WRITE_GATHER, out
+        )
         if gathered:
-            self._resume = (command, reached)
+            self._resume = (command, index)
             return
-        for index in range(reached, len(messages)):
+        if index < len(messages):
+            # A synchronizing literal, or a large or streamed one.
             message = messages[index]
             size = len(message.body)
-            prefix = message.arguments
             opening = b" ~{" if message.binary else b" {"
             if size > syncAbove:
-                out.append(b"%s%s%d}\r\n" % (prefix, opening, size))
+                out.append(b"%s%s%d}\r\n" % (message.arguments, opening, size))
                 command.sentUpTo = index
                 self._blocked = command
                 return
-            out.append(b"%s%s%d+}\r\n" % (prefix, opening, size))
-            body = message.body
-            if size > STREAM_THRESHOLD or isinstance(body, StreamedBody):
-                self._stream = _LiteralStream(command, index)
-                return
-            out.append(body if type(body) is bytes else memoryview(body))
+            out.append(b"%s%s%d+}\r\n" % (message.arguments, opening, size))
+            self._stream = _LiteralStream(command, index)
+            return
         out.append(b"\r\n")
         # Written now: out goes to the transport before the reactor runs.
         seconds = self._seconds

@@ -11,9 +11,7 @@ pipeline writes and reads, this decides what goes next.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
-from itertools import accumulate
 from typing import Iterable
 
 from imapmig.imap.outgoing import (
@@ -40,9 +38,9 @@ class SendQueue:
     batches of one mailbox within the window.
 
     The queue is a list read from its head (L{_head}), cut back as
-    messages are added: a batch is taken as one slice, its octets summed
-    and its cut found by a comprehension, C{accumulate} and C{bisect}, with
-    no statement per message.
+    messages are added: a batch is taken as one slice, its cut (by
+    mailbox and octets) found by one C call, L{leadingRun}, with no
+    statement per message.
 
     @ivar queuedBytes: the octets of the queue.
     """
@@ -118,12 +116,7 @@ class SendQueue:
             self._head = 0
         start = len(queue)
         queue.extend(messages)
-        added = queue[start:]
-        size = 0
-        for message in added:
-            message.mailbox = mailbox
-            size += len(message.body)
-        self.queuedBytes += size
+        self.queuedBytes += stampMailbox(queue[start:], mailbox)
 
     def sendFirst(self, batch: list[OutgoingMessage]) -> None:
         """
@@ -223,21 +216,15 @@ class SendQueue:
         if not short and self._waitsForMore(messagesInFlight, bytesInFlight, limit):
             return None
         batch = queue[head : head + limit]
-        mailbox = batch[0].mailbox
-        if [message.mailbox for message in batch].count(mailbox) != len(batch):
-            batch = batch[: _sameMailbox(batch, mailbox)]
         # The most octets taken: a first message above them goes alone,
         # when nothing is in flight.
         limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
-        sizes = list(accumulate([len(message.body) for message in batch]))
-        if sizes[-1] > limitBytes:
-            cut = bisect_right(sizes, limitBytes)
-            if not cut:
-                if messagesInFlight:
-                    return None
-                cut = 1
-            del batch[cut:]
-        size = sizes[len(batch) - 1]
+        cut, size = leadingRun(batch, batch[0].mailbox, limitBytes)
+        if not cut:
+            if messagesInFlight:
+                return None
+            cut, size = 1, len(batch[0].body)
+        del batch[cut:]
         head += len(batch)
         if head == len(queue):
             # Nothing sent is held here once the queue is all taken.
@@ -269,11 +256,40 @@ class SendQueue:
         )
 
 
-def _sameMailbox(batch: list[OutgoingMessage], mailbox: bytes) -> int:
+def stampMailboxPython(messages: list[OutgoingMessage], mailbox: bytes) -> int:
     """
-    How many messages lead C{batch} for C{mailbox}.
+    Give each of C{messages} C{mailbox}; return the octets of their bodies.
+
+    The reference and the fallback of the C extension's L{stampMailbox}.
     """
+    size = 0
+    for message in messages:
+        message.mailbox = mailbox
+        size += len(message.body)
+    return size
+
+
+def leadingRunPython(batch: list[OutgoingMessage], mailbox: bytes, limit: int) -> tuple[int, int]:
+    """
+    How many messages lead C{batch} for C{mailbox} with no more than
+    C{limit} octets of bodies together, and those octets.
+
+    The reference and the fallback of the C extension's L{leadingRun}.
+    """
+    octets = 0
     for index, message in enumerate(batch):
-        if message.mailbox != mailbox:
-            return index
-    return len(batch)
+        size = len(message.body)
+        if message.mailbox != mailbox or octets + size > limit:
+            return index, octets
+        octets += size
+    return len(batch), octets
+
+
+try:
+    from imapmig.imap._append import bindOutgoing, leadingRun as leadingRun
+    from imapmig.imap._append import stampMailbox as stampMailbox
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    leadingRun = leadingRunPython
+    stampMailbox = stampMailboxPython
+else:
+    bindOutgoing(OutgoingMessage)

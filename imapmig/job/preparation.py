@@ -10,7 +10,8 @@ with their reason.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from datetime import datetime
+from typing import Callable, Sequence
 
 from imapmig.mail.fidelity import decideFlags, needsBinary
 from imapmig.imap.outgoing import OutgoingMessage, appendArguments
@@ -122,58 +123,70 @@ class MessagePreparation:
         Turn what the source read into messages for the pipeline, deciding
         per message its flags and literal kind, and recording at once the
         messages that cannot go.
+
+        The common messages are made by L{prepareMessages} (one C call for
+        a run of them); each other one (its octets or flags not yet
+        decided, too large, refused, or any where the destination's
+        presence is to be checked) by L{_prepareOne}.
         """
         outgoing: list[OutgoingMessage] = []
-        flagCache = destination.flagDecisions
-        presence = destination.presence
+        facts = _factsOf(bodies)
+        count = min(len(chunk), len(bodies))
         sizeLimit = destination.sizeLimit
-        for message, body, found in zip(chunk, bodies, _factsOf(bodies)):
-            # The octets first: the common body, bytes whose facts its
-            # reader found, takes no other test and no call.
-            if found & UNKNOWN or type(body) is not bytes:
-                if isinstance(body, UnreadableMessage):
-                    reason = f"unreadable in the source: {body.reason}"
-                    self.recordFailure(unit.folder, unit.mailbox, message, reason, target.ticket)
-                    continue
-                found = needsBinary(body, found)
-            if presence is not None and self._present(unit, target, message, body, presence):
-                continue
-            size = len(body)
-            if sizeLimit is not None and size > sizeLimit[0]:
-                self._tooLarge(unit, target, message, body, sizeLimit)
-                continue
-            binary = False
-            if found & _NEEDS_BINARY:
-                binary = destination.binary
-                if not binary and self._refused(unit, target, message, body, bool(found & NUL)):
-                    continue
-                # Otherwise 8-bit octets without NUL travel in a plain
-                # literal: RFC 3501 literals are CHAR8, every octet but NUL.
-            # Few distinct flag sets: decide each once per folder.
-            decided = flagCache.get(message.flags)
-            if decided is None:
-                decided = flagCache[message.flags] = _flagDecision(
-                    message.flags, destination.permanentFlags
-                )
-            note, flagList, beforeDate = decided
-            internalDate = message.internalDate
-            # SentMessage(...) with its slots set here, as its __init__
-            # sets them: calling a class costs Python 3.11 several times
-            # what setting nine slots does (tests.test_job_preparation
-            # checks the two agree on every slot).
-            sent = _newObject(SentMessage)
-            sent.body = body
-            sent.arguments = (
-                flagList if internalDate is None else withInternalDate(beforeDate, internalDate)
-            )
-            sent.origin = sent.source = message
-            sent.mailbox = b""
-            sent.binary = binary
-            sent.target = target
-            sent.note = note
-            sent.converted = 1 if size != message.size else 0
-            outgoing.append(sent)
+        limit = None if sizeLimit is None else sizeLimit[0]
+        common = destination.presence is None
+        index = 0
+        while index < count:
+            if common:
+                index = prepareMessages(
+                    chunk, bodies, facts, index, destination.flagDecisions,
+                    destination.binary, limit, target, withInternalDate, outgoing,
+                )  # fmt: skip
+                if index >= count:
+                    break
+            message, body = chunk[index], bodies[index]
+            self._prepareOne(unit, target, message, body, facts[index], destination, outgoing)
+            index += 1
         return outgoing
+
+    def _prepareOne(
+        self,
+        unit: WorkUnit,
+        target: Target,
+        message: SourceMessage,
+        body: MessageBody,
+        found: int,
+        destination: DestinationTraits,
+        outgoing: list[OutgoingMessage],
+    ) -> None:
+        """
+        Prepare one message (L{prepare}): append it to C{outgoing}, or
+        record it at once if it cannot go.
+        """
+        if found & UNKNOWN or type(body) is not bytes:
+            if isinstance(body, UnreadableMessage):
+                reason = f"unreadable in the source: {body.reason}"
+                self.recordFailure(unit.folder, unit.mailbox, message, reason, target.ticket)
+                return
+            found = needsBinary(body, found)
+        presence = destination.presence
+        if presence is not None and self._present(unit, target, message, body, presence):
+            return
+        size = len(body)
+        sizeLimit = destination.sizeLimit
+        if sizeLimit is not None and size > sizeLimit[0]:
+            self._tooLarge(unit, target, message, body, sizeLimit)
+            return
+        binary = False
+        if found & _NEEDS_BINARY:
+            binary = destination.binary
+            if not binary and self._refused(unit, target, message, body, bool(found & NUL)):
+                return
+            # Otherwise 8-bit octets without NUL travel in a plain
+            # literal: RFC 3501 literals are CHAR8, every octet but NUL.
+        decided = _decided(message.flags, destination)
+        outgoing.append(_sentMessage(message, body, size, binary, target, decided))
+
 
     def _present(
         self,
@@ -306,3 +319,115 @@ class MessagePreparation:
                 f" destination accepts ({where}); not sent",
             )
         return kept
+
+
+def _decided(
+    flags: tuple[str, ...], destination: DestinationTraits
+) -> tuple[str | None, bytes, bytes]:
+    """
+    The decision on C{flags} for C{destination}, made once per folder:
+    few distinct flag sets.
+    """
+    decided = destination.flagDecisions.get(flags)
+    if decided is None:
+        decided = destination.flagDecisions[flags] = _flagDecision(
+            flags, destination.permanentFlags
+        )
+    return decided
+
+
+def _sentMessage(
+    message: SourceMessage,
+    body: _ReadBody,
+    size: int,
+    binary: bool,
+    target: Target,
+    decided: tuple[str | None, bytes, bytes],
+) -> SentMessage:
+    """
+    The L{SentMessage} of C{message}, its C{body} of C{size} octets, with
+    its flags C{decided}.
+
+    SentMessage(...) with its slots set here, as its __init__ sets them:
+    calling a class costs Python 3.11 several times what setting nine
+    slots does (tests.test_job_preparation checks the two agree on every
+    slot).
+    """
+    note, flagList, beforeDate = decided
+    internalDate = message.internalDate
+    sent: SentMessage = _newObject(SentMessage)
+    sent.body = body
+    sent.arguments = (
+        flagList if internalDate is None else withInternalDate(beforeDate, internalDate)
+    )
+    sent.origin = sent.source = message
+    sent.mailbox = b""
+    sent.binary = binary
+    sent.target = target
+    sent.note = note
+    sent.converted = 1 if size != message.size else 0
+    return sent
+
+
+def prepareMessagesPython(
+    chunk: Sequence[SourceMessage],
+    bodies: Sequence[MessageBody],
+    facts: bytes | bytearray,
+    start: int,
+    decisions: dict[tuple[str, ...], tuple[str | None, bytes, bytes]],
+    binary: bool,
+    sizeLimit: int | None,
+    target: Target,
+    dated: Callable[[bytes, datetime], bytes],
+    out: list[OutgoingMessage],
+) -> int:
+    """
+    Append to C{out} the L{SentMessage} of each common message of
+    C{chunk} from C{start} on (a L{SourceMessage} whose body is C{bytes}
+    with its C{facts} found, within C{sizeLimit}, needing no literal8 or
+    going to a destination with C{binary}, its flags in C{decisions}),
+    up to the first other one; return that one's index, or the end of
+    C{chunk} (or of C{bodies} or C{facts}, if shorter).  C{dated} is
+    L{withInternalDate}.
+
+    The reference and the fallback of the C extension's
+    L{prepareMessages}, which takes no bytecode a message.
+    """
+    end = min(len(chunk), len(bodies), len(facts))
+    index = start
+    while index < end:
+        message = chunk[index]
+        body = bodies[index]
+        found = facts[index]
+        if type(message) is not SourceMessage or type(body) is not bytes or found & UNKNOWN:
+            return index
+        size = len(body)
+        if sizeLimit is not None and size > sizeLimit:
+            return index
+        needs = bool(found & _NEEDS_BINARY)
+        if needs and not binary:
+            return index
+        decided = decisions.get(message.flags)
+        if decided is None:
+            return index
+        note, flagList, beforeDate = decided
+        internalDate = message.internalDate
+        sent: SentMessage = _newObject(SentMessage)
+        sent.body = body
+        sent.arguments = flagList if internalDate is None else dated(beforeDate, internalDate)
+        sent.origin = sent.source = message
+        sent.mailbox = b""
+        sent.binary = needs
+        sent.target = target
+        sent.note = note
+        sent.converted = 1 if size != message.size else 0
+        out.append(sent)
+        index += 1
+    return index
+
+
+try:
+    # Bound to SentMessage and SourceMessage by imapmig.job.recording.
+    from imapmig.imap._append import prepareMessages as prepareMessages
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    prepareMessages = prepareMessagesPython

@@ -34,6 +34,7 @@ from imapmig.errors import DatabaseRefused, LeaseLost, PermanentError
 from imapmig.imap.outgoing import OutgoingMessage
 from imapmig.mail.message import SourceMessage, StreamedBody
 from imapmig.mail.messagenames import namesOfBody
+from imapmig.mail.octets import EIGHT_BIT, NUL, UNKNOWN
 from imapmig.progress import JobProgress
 from imapmig.state import AppendedRun, FolderKeys, IStateStore, MessageOutcome, withNames
 from imapmig.state.outage import OutageLog
@@ -104,6 +105,65 @@ class SentMessage(OutgoingMessage):
         self.source = source
         self.note = note
         self.converted = converted
+
+
+def appendedColumnsPython(
+    messages: Sequence[OutgoingMessage],
+) -> tuple[list[str], list[int], list[int], int, int, int] | None:
+    """
+    For a tagged reply's L{SentMessage}s (a non-empty list) of one target,
+    none with a note, their bodies in memory: the columns of their
+    L{AppendedRun} (their source keys, their sizes as sent, their
+    conversions) and the sums L{OutcomeRecorder.addAppended} takes (the
+    octets sent, the conversions, the octets listed); L{None} for any
+    other list, which L{PipelineOutcomes} records run by run.
+
+    The reference and the fallback of the C extension's
+    L{appendedColumns}, which takes no bytecode a message.
+    """
+    if not isinstance(messages, list) or not messages:
+        return None
+    sent: list[SentMessage] = messages
+    target = sent[0].target
+    for m in sent:
+        if (
+            type(m) is not SentMessage
+            or m.target is not target
+            or m.note is not None
+            or type(m.source) is not SourceMessage
+            or type(m.converted) is not int
+            or type(m.source.size) is not int
+            or not isinstance(m.body, (bytes, bytearray))
+        ):
+            return None
+    sizes = [len(m.body) for m in sent]
+    converted = [m.converted for m in sent]
+    listed = sum([m.source.size for m in sent])
+    return [m.source.key for m in sent], sizes, converted, sum(sizes), sum(converted), listed
+
+
+def sourceKeysPython(messages: Sequence[SourceMessage]) -> list[str] | None:
+    """
+    The keys of C{messages} (a unit's, for its journal entry), a list or
+    tuple of L{SourceMessage}s; L{None} if one is of another type.
+
+    The reference and the fallback of the C extension's L{sourceKeys}.
+    """
+    if not isinstance(messages, (list, tuple)):
+        return None
+    if any(type(m) is not SourceMessage for m in messages):
+        return None
+    return [m.key for m in messages]
+
+
+try:
+    from imapmig.imap._append import appendedColumns as appendedColumns, bindSent
+    from imapmig.imap._append import sourceKeys as sourceKeys
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    appendedColumns = appendedColumnsPython
+    sourceKeys = sourceKeysPython
+else:
+    bindSent(SentMessage, SourceMessage, UNKNOWN, NUL | EIGHT_BIT)
 
 
 class OutcomeRecorder:
@@ -248,7 +308,7 @@ class OutcomeRecorder:
         """
         if self._abandoned:
             return fail(LeaseLost("the job's run was abandoned"))
-        keys = FolderKeys(folderKey, [m.key for m in messages])
+        keys = FolderKeys(folderKey, sourceKeys(messages) or [m.key for m in messages])
         d = self._store.journalBatch(self._jobName, mailbox, uidValidity, uidFloor, keys)
         return d.addCallbacks(JournalTicket, self._fenced, callbackArgs=(len(keys),))
 
@@ -427,28 +487,19 @@ class PipelineOutcomes:
             if top > self.uidFloors.get(mailbox, 0):
                 self.uidFloors[mailbox] = top
         # Nearly always: the messages of one unit, none with a note, told
-        # and recorded by comprehensions.  (Not by map over attrgetters:
-        # on Python 3.11 a comprehension's specialized attribute reads cost
-        # a third of attrgetter's generic lookups, callgrind counted.)
-        sent: Sequence[SentMessage] = messages  # type: ignore[assignment]
-        target = sent[0].target
-        if not [m for m in sent if m.target is not target or m.note is not None]:
-            sizes = [len(m.body) for m in sent]
-            converted = [m.converted for m in sent]
+        # and recorded as columns made by one C call.
+        columns = appendedColumns(messages)
+        if columns is not None:
+            keys, sizes, converted, octets, conversions, listed = columns
+            target: Target = messages[0].target  # type: ignore[attr-defined]
             self.recorder.addAppended(
                 AppendedRun(
-                    target.folderKey,
-                    target.mailbox,
-                    uidValidity,
-                    [m.source.key for m in sent],
-                    sizes,
-                    uids,
-                    converted,
+                    target.folderKey, target.mailbox, uidValidity, keys, sizes, uids, converted
                 ),
                 target.ticket,
-                sum(sizes),
-                sum(converted),
-                sum([m.source.size for m in sent]),
+                octets,
+                conversions,
+                listed,
             )
             return
         self._mixed(messages, uidValidity, uids)
