@@ -228,6 +228,7 @@ class WheelTests(SynchronousTestCase):
             "imapmig/sources/_listing.pyi",
             "imapmig/imap/_literal.pyi",
             "imapmig/imap/_append.pyi",
+            "imapmig/job/_sent.pyi",
         ):
             self.assertIn(name, self.names)
 
@@ -239,11 +240,12 @@ class WheelTests(SynchronousTestCase):
         without them, the build goes on and imapmig uses their Python
         twins), and not their sources; so the FETCH literal buffer
         (imapmig/imap/_literal.c) and the send side's loops
-        (imapmig/imap/_append.c).
+        (imapmig/imap/_append.c) and the job's loops over the messages it
+        sends (imapmig/job/_sent.c).
         """
         headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
         for module in ("imapmig/mail/_octets", "imapmig/sources/_listing", "imapmig/imap/_literal",
-                       "imapmig/imap/_append"):
+                       "imapmig/imap/_append", "imapmig/job/_sent"):
             built = [name for name in self.names if name.startswith(module + ".")]
             if shutil.which(os.environ.get("CC", "gcc")) and headers.exists():
                 self.assertEqual(len([name for name in built if name.endswith(".so")]), 1, built)

@@ -391,7 +391,8 @@ def prepareMessagesPython(
     L{withInternalDate}.
 
     The reference and the fallback of the C extension's
-    L{prepareMessages}, which takes no bytecode a message.
+    L{prepareMessages} (imapmig/job/_sent.c), which takes no bytecode a
+    message.
     """
     end = min(len(chunk), len(bodies), len(facts))
     index = start
@@ -428,6 +429,6 @@ def prepareMessagesPython(
 
 try:
     # Bound to SentMessage and SourceMessage by imapmig.job.recording.
-    from imapmig.imap._append import prepareMessages as prepareMessages
+    from imapmig.job._sent import prepareMessages as prepareMessages
 except ImportError:  # pragma: no cover (the extension is built in the checkout)
     prepareMessages = prepareMessagesPython

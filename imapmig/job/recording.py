@@ -119,7 +119,8 @@ def appendedColumnsPython(
     other list, which L{PipelineOutcomes} records run by run.
 
     The reference and the fallback of the C extension's
-    L{appendedColumns}, which takes no bytecode a message.
+    L{appendedColumns} (imapmig/job/_sent.c), which takes no bytecode a
+    message.
     """
     if not isinstance(messages, list) or not messages:
         return None
@@ -147,7 +148,8 @@ def sourceKeysPython(messages: Sequence[SourceMessage]) -> list[str] | None:
     The keys of C{messages} (a unit's, for its journal entry), a list or
     tuple of L{SourceMessage}s; L{None} if one is of another type.
 
-    The reference and the fallback of the C extension's L{sourceKeys}.
+    The reference and the fallback of the C extension's L{sourceKeys}
+    (imapmig/job/_sent.c).
     """
     if not isinstance(messages, (list, tuple)):
         return None
@@ -157,8 +159,8 @@ def sourceKeysPython(messages: Sequence[SourceMessage]) -> list[str] | None:
 
 
 try:
-    from imapmig.imap._append import appendedColumns as appendedColumns, bindSent
-    from imapmig.imap._append import sourceKeys as sourceKeys
+    from imapmig.job._sent import appendedColumns as appendedColumns, bindSent
+    from imapmig.job._sent import sourceKeys as sourceKeys
 except ImportError:  # pragma: no cover (the extension is built in the checkout)
     appendedColumns = appendedColumnsPython
     sourceKeys = sourceKeysPython
