@@ -10,6 +10,7 @@ entry a listing meets.
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import sys
@@ -18,7 +19,7 @@ from twisted.trial.unittest import SkipTest, SynchronousTestCase
 
 from imapmig.mail.message import SourceFolder, SourceMessage
 from imapmig.sources import maildir
-from imapmig.sources.local import carriedName
+from imapmig.sources.local import Irregular, carriedName
 from imapmig.sources.maildir import MaildirSource, scan
 from imapmig.sources.maildir.names import flagsOf
 from imapmig.sources.maildir.opened import OpenFolder
@@ -282,6 +283,72 @@ class RowsOfTests(SynchronousTestCase):
             builtOrSkip()
         for scanned in ([("k", "k", 0, "k", None, None)], [None]):
             self.assertRaises(TypeError, maildir._rowsOf, scanned, {}, flagsOf, {})
+
+
+class AddFilesTests(SynchronousTestCase):
+    """
+    The C extension's C{addFiles} (L{scan.FolderFiles.add}) does what
+    L{scan.addFilesPython} does.
+    """
+
+    def test_sameAsPython(self) -> None:
+        """
+        Files of both subdirectories, regular or not, keyed apart or not,
+        are put where the Python twin puts them.
+        """
+        if scan.addFiles is scan.addFilesPython:
+            builtOrSkip()
+        irregular = Irregular("a FIFO")
+        scanned: list[scan.Scanned] = [
+            (f"k{n}", f"k{n}" if n % 5 else "k0", n % 2, f"k{n}:2,S", "S", irregular if n % 7 == 0 else None, None, n)
+            for n in range(500)
+        ]  # fmt: skip
+        inC: tuple[tuple[dict[str, str], ...], dict[str, Irregular]] = (({"old": "x"}, {}), {})
+        inPython: tuple[tuple[dict[str, str], ...], dict[str, Irregular]] = (({"old": "x"}, {}), {})
+        scan.addFiles(scanned, *inC)
+        scan.addFilesPython(scanned, *inPython)
+        self.assertEqual(inC, inPython)
+        self.assertEqual(len(inC[0][1]), 250)
+        self.assertEqual(len(inC[1]), 72)
+
+    def test_refused(self) -> None:
+        """
+        What is not a scanned file, or names a subdirectory that is not
+        there, is refused.
+        """
+        if scan.addFiles is scan.addFilesPython:
+            builtOrSkip()
+        self.assertRaises(TypeError, scan.addFiles, [("k", "k", 0)], ({},), {})
+        self.assertRaises(TypeError, scan.addFiles, [None], ({},), {})
+        bad: scan.Scanned = ("k", "k", 2, "k", None, None, None, None)
+        self.assertRaises(ValueError, scan.addFiles, [bad], ({}, {}), {})
+        self.assertRaises(ValueError, scan.addFiles, [bad[:2] + (-1,) + bad[3:]], ({}, {}), {})
+
+
+class UntrackedTests(SynchronousTestCase):
+    """
+    What the C extension makes of a regular file is left out of the cyclic
+    garbage collector's lists (no cycle can go through strings and
+    numbers).
+    """
+
+    def test_untracked(self) -> None:
+        """
+        A regular file's scanned tuple and its row are not tracked; an
+        irregular entry's tuple is.
+        """
+        if scan.scannedOf is scan.scannedOfPython:
+            builtOrSkip()
+        regular = scan.scannedOf("1700000000.x,S=3:2,S", 0, None, carriedName)
+        assert regular is not None
+        self.assertFalse(gc.is_tracked(regular))
+        irregular = scan.scannedOf("1700000000.x:2,S", 0, Irregular("a FIFO"), carriedName)
+        self.assertTrue(gc.is_tracked(irregular))
+        flags: dict[str | None, tuple[str, ...]] = {"S": ("\\Seen",)}
+        gc.collect()
+        [row] = maildir._rowsOf([regular], flags, flagsOf, {})
+        self.assertFalse(gc.is_tracked(row))
+        self.assertEqual(row, (1700000000.0, "1700000000.x,S=3", ("\\Seen",), 3))
 
 
 # Keep the imports used (SourceMessage for the listing's type).

@@ -81,6 +81,11 @@
  * flags of letters met first worked out by flagsOf(letters, keywords) and
  * kept in flags.
  *
+ * addFiles(scanned, names, irregulars) -> None
+ *
+ * The same as imapmig.sources.maildir.scan.addFilesPython: where a
+ * listing's scanned files are, for its reads (FolderFiles.add).
+ *
  * listedMessages(rows, cls, fields) -> list
  *
  * The messages of a Maildir listing's sorted rows (date or -inf, key,
@@ -348,7 +353,7 @@ lastInfo(int kind, const void *data, Py_ssize_t length, Py_UCS4 mark)
     return -1;
 }
 
-static PyObject *fieldsOfUnique(PyObject *unique);
+static int uniqueFields(PyObject *unique, PyObject **date, PyObject **size);
 
 /* scannedOf's work: the tuple of NAME (a str), with INDEX, IRREGULAR and
  * the unique part carried by CARRY; None (a new reference) for a dotfile. */
@@ -411,10 +416,11 @@ scannedFrom(PyObject *name, PyObject *index, PyObject *irregular, PyObject *carr
     else {
         letters = Py_NewRef(Py_None);
     }
-    PyObject *fields = fieldsOfUnique(unique);
-    PyObject *scanned = fields == NULL ? NULL : PyTuple_New(8);
+    PyObject *date = NULL, *size = NULL;
+    PyObject *scanned = uniqueFields(unique, &date, &size) < 0 ? NULL : PyTuple_New(8);
     if (scanned == NULL) {
-        Py_XDECREF(fields);
+        Py_XDECREF(date);
+        Py_XDECREF(size);
         Py_DECREF(unique);
         Py_DECREF(letters);
         return NULL;
@@ -425,9 +431,14 @@ scannedFrom(PyObject *name, PyObject *index, PyObject *irregular, PyObject *carr
     PyTuple_SET_ITEM(scanned, 3, Py_NewRef(name));
     PyTuple_SET_ITEM(scanned, 4, letters);
     PyTuple_SET_ITEM(scanned, 5, Py_NewRef(irregular));
-    PyTuple_SET_ITEM(scanned, 6, Py_NewRef(PyTuple_GET_ITEM(fields, 0)));
-    PyTuple_SET_ITEM(scanned, 7, Py_NewRef(PyTuple_GET_ITEM(fields, 1)));
-    Py_DECREF(fields);
+    PyTuple_SET_ITEM(scanned, 6, date);
+    PyTuple_SET_ITEM(scanned, 7, size);
+    if (irregular == Py_None) {
+        /* Strings, numbers and None, which no reference cycle can go
+         * through: the collector need not look at it (as it would find
+         * at its next pass, after looking at each of a listing's). */
+        PyObject_GC_UnTrack(scanned);
+    }
     return scanned;
 }
 
@@ -911,39 +922,51 @@ sizeValue(int kind, const void *data, Py_ssize_t length)
     return NULL;
 }
 
-static INLINE PyObject *
-fieldsOf(PyObject *unique, int kind, const void *data, Py_ssize_t length)
+/* The date and size a unique name gives (new references, None where it
+ * gives none); -1 with an exception set. */
+static INLINE int
+fieldObjects(int kind, const void *data, Py_ssize_t length, PyObject **date, PyObject **size)
 {
     Py_ssize_t dot = findChar(kind, data, 0, length, '.');
     long long when = headValue(kind, data, dot);
-    PyObject *date;
     if (when < 0) {
-        date = Py_NewRef(Py_None);
+        *date = Py_NewRef(Py_None);
     }
     else {
-        date = PyFloat_FromDouble((double)when);
-        if (date == NULL) {
-            return NULL;
+        *date = PyFloat_FromDouble((double)when);
+        if (*date == NULL) {
+            return -1;
         }
     }
-    PyObject *size = sizeValue(kind, data, length);
-    if (size == NULL) {
+    *size = sizeValue(kind, data, length);
+    if (*size == NULL) {
         if (PyErr_Occurred()) {
-            Py_DECREF(date);
-            return NULL;
+            Py_CLEAR(*date);
+            return -1;
         }
-        size = Py_NewRef(Py_None);
+        *size = Py_NewRef(Py_None);
     }
-    PyObject *pair = PyTuple_New(2);
-    if (pair == NULL) {
-        Py_DECREF(date);
-        Py_DECREF(size);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(pair, 0, date);
-    PyTuple_SET_ITEM(pair, 1, size);
-    return pair;
+    return 0;
 }
+
+/* The same, of a str. */
+static int
+uniqueFields(PyObject *unique, PyObject **date, PyObject **size)
+{
+    if (PyUnicode_READY(unique) < 0) {
+        return -1;
+    }
+    const void *data = PyUnicode_DATA(unique);
+    Py_ssize_t length = PyUnicode_GET_LENGTH(unique);
+    /* The common case (Latin-1, ASCII included) with the kind known, so
+     * that each read is a byte's. */
+    if (PyUnicode_KIND(unique) == PyUnicode_1BYTE_KIND) {
+        return fieldObjects(PyUnicode_1BYTE_KIND, data, length, date, size);
+    }
+    return fieldObjects(PyUnicode_KIND(unique), data, length, date, size);
+}
+
+static PyObject *fieldsOfUnique(PyObject *unique);
 
 static PyObject *
 nameFields(PyObject *module, PyObject *unique)
@@ -960,17 +983,19 @@ nameFields(PyObject *module, PyObject *unique)
 static PyObject *
 fieldsOfUnique(PyObject *unique)
 {
-    if (PyUnicode_READY(unique) < 0) {
+    PyObject *date, *size;
+    if (uniqueFields(unique, &date, &size) < 0) {
         return NULL;
     }
-    const void *data = PyUnicode_DATA(unique);
-    Py_ssize_t length = PyUnicode_GET_LENGTH(unique);
-    /* The common case (Latin-1, ASCII included) with the kind known, so
-     * that each read is a byte's. */
-    if (PyUnicode_KIND(unique) == PyUnicode_1BYTE_KIND) {
-        return fieldsOf(unique, PyUnicode_1BYTE_KIND, data, length);
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(date);
+        Py_DECREF(size);
+        return NULL;
     }
-    return fieldsOf(unique, PyUnicode_KIND(unique), data, length);
+    PyTuple_SET_ITEM(pair, 0, date);
+    PyTuple_SET_ITEM(pair, 1, size);
+    return pair;
 }
 
 
@@ -1089,6 +1114,11 @@ rowsOf(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyTuple_SET_ITEM(row, 1, Py_NewRef(PyTuple_GET_ITEM(one, 0)));
         PyTuple_SET_ITEM(row, 2, Py_NewRef(flagged));
         PyTuple_SET_ITEM(row, 3, Py_NewRef(truth ? size : zero));
+        if (PyFloat_CheckExact(PyTuple_GET_ITEM(row, 0)) && PyUnicode_CheckExact(PyTuple_GET_ITEM(row, 1))
+            && PyLong_CheckExact(PyTuple_GET_ITEM(row, 3)) && !PyObject_GC_IsTracked(flagged)) {
+            /* No reference cycle can go through it (as scannedFrom). */
+            PyObject_GC_UnTrack(row);
+        }
         PyList_SET_ITEM(rows, i, row);
     }
     Py_DECREF(undated);
@@ -1099,6 +1129,48 @@ failed:
     Py_XDECREF(undated);
     Py_XDECREF(zero);
     return NULL;
+}
+
+
+PyDoc_STRVAR(addFiles_doc,
+             "addFiles(scanned, names, irregulars, /)\n--\n\n"
+             "Where scanned files are: names[index][key] = name for each, and\n"
+             "irregulars[key] = irregular for those that are not regular files.");
+
+static PyObject *
+addFiles(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    if (nargs != 3 || !PyList_Check(args[0]) || !PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "addFiles(scanned: list, names: tuple, irregulars: dict)");
+        return NULL;
+    }
+    PyObject *scanned = args[0], *names = args[1], *irregulars = args[2];
+    Py_ssize_t subdirs = PyTuple_GET_SIZE(names);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(scanned); i++) {
+        PyObject *one = PyList_GET_ITEM(scanned, i);
+        if (!PyTuple_Check(one) || PyTuple_GET_SIZE(one) != 8 || !PyLong_Check(PyTuple_GET_ITEM(one, 2))) {
+            PyErr_SetString(PyExc_TypeError, "addFiles: a scanned file is not an 8-tuple");
+            return NULL;
+        }
+        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(one, 2));
+        if (index == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (index < 0 || index >= subdirs || !PyDict_Check(PyTuple_GET_ITEM(names, index))) {
+            PyErr_SetString(PyExc_ValueError, "addFiles: no such subdirectory");
+            return NULL;
+        }
+        PyObject *key = PyTuple_GET_ITEM(one, 0);
+        if (PyDict_SetItem(PyTuple_GET_ITEM(names, index), key, PyTuple_GET_ITEM(one, 3)) < 0) {
+            return NULL;
+        }
+        PyObject *irregular = PyTuple_GET_ITEM(one, 5);
+        if (irregular != Py_None && PyDict_SetItem(irregulars, key, irregular) < 0) {
+            return NULL;
+        }
+    }
+    Py_RETURN_NONE;
 }
 
 static int
@@ -1125,6 +1197,7 @@ static PyMethodDef listingMethods[] = {
     {"listedMessages", (PyCFunction)(void (*)(void))listedMessages, METH_FASTCALL,
      listedMessages_doc},
     {"rowsOf", (PyCFunction)(void (*)(void))rowsOf, METH_FASTCALL, rowsOf_doc},
+    {"addFiles", (PyCFunction)(void (*)(void))addFiles, METH_FASTCALL, addFiles_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -49,3 +49,6 @@ class Directory:
         status: bool,
         /,
     ) -> int: ...
+def addFiles(
+    scanned: list[_Scanned], names: tuple[dict[str, str], ...], irregulars: dict[str, Irregular], /
+) -> None: ...

@@ -22,6 +22,8 @@ from imapmig.sources.maildir.opened import SUBDIRS, Located, OpenFolder
 __all__ = [
     "Directory",
     "DirectoryPython",
+    "addFiles",
+    "addFilesPython",
     "FolderFiles",
     "Scanned",
     "scanFolder",
@@ -305,6 +307,27 @@ class _Directory(Protocol):
     ) -> int: ...
 
 
+def addFilesPython(
+    scanned: list[Scanned], names: tuple[dict[str, str], ...], irregulars: dict[str, Irregular], /
+) -> None:
+    """
+    Where C{scanned} files are: per subdirectory, each one's name by key
+    (C{names}), and what those that are not regular files are
+    (C{irregulars}).  The reference of the C extension's L{addFiles}, and
+    its stand-in where it was not built.
+    """
+    for key, _, index, name, _, irregular, _, _ in scanned:
+        names[index][key] = name
+        if irregular is not None:
+            irregulars[key] = irregular
+
+
+addFiles: Callable[[list[Scanned], tuple[dict[str, str], ...], dict[str, Irregular]], None]
+"""
+L{addFilesPython}, in C where the extension L{imapmig.sources._listing}
+was built (once per file of a listing: FolderFiles.add).
+"""
+
 Directory: Callable[[int], _Directory]
 """
 L{DirectoryPython}, in C where the extension L{imapmig.sources._listing}
@@ -315,9 +338,10 @@ a turn, no C{DirEntry} made).
 """
 
 try:
-    from imapmig.sources._listing import Directory, scannedOf
+    from imapmig.sources._listing import Directory, addFiles, scannedOf
 except ImportError:
     Directory = DirectoryPython
+    addFiles = addFilesPython
     scannedOf = scannedOfPython
 
 
@@ -368,11 +392,7 @@ class FolderFiles:
         """
         Where more files are (a listing's next turn).
         """
-        names, irregulars = self._names, self._irregular
-        for key, _, index, name, _, irregular, _, _ in scanned:
-            names[index][key] = name
-            if irregular is not None:
-                irregulars[key] = irregular
+        addFiles(scanned, self._names, self._irregular)
 
     def locate(self, key: str) -> Located | None:
         """
