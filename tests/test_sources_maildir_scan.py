@@ -223,6 +223,19 @@ class DirectoryTests(SynchronousTestCase):
         self.assertRaises(ValueError, reader.scan, 0, 1, carriedName, lambda n, l: None, {}, {}, True)
         self.assertRaises(OSError, scan.Directory, -1)
 
+    def test_notADirectory(self) -> None:
+        """
+        A descriptor of something else than a directory is refused, in C as
+        in Python.
+        """
+        path = self.mktemp()
+        with open(path, "wb"):
+            pass
+        fd = os.open(path, os.O_RDONLY)
+        self.addCleanup(os.close, fd)
+        for directoryType in (scan.Directory, scan.DirectoryPython):
+            self.assertRaises(NotADirectoryError, directoryType, fd)
+
     def test_errorsPropagate(self) -> None:
         """
         An error of the callbacks propagates, the entries of the turn

@@ -761,13 +761,19 @@ directoryScan(Directory *self, PyObject *const *args, Py_ssize_t nargs)
     PyObject *index = args[0], *carry = args[2], *classify = args[3];
     PyObject *first = args[4], *duplicates = args[5];
     Py_ssize_t count;
+    int error;
     self->busy = 1;
     Py_BEGIN_ALLOW_THREADS
     count = readEntries(self, turn);
+    error = errno;
     Py_END_ALLOW_THREADS
     if (count < 0) {
         self->busy = 0;
-        return errno == ENOMEM ? PyErr_NoMemory() : PyErr_SetFromErrno(PyExc_OSError);
+        if (error == ENOMEM) {
+            return PyErr_NoMemory();
+        }
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
     }
     /* The tuples of the regular files, then their status where their
      * names lack a date or a size (and the type of those readdir did not
@@ -794,7 +800,13 @@ directoryScan(Directory *self, PyObject *const *args, Py_ssize_t nargs)
             if (scanned == NULL) {
                 goto failed;
             }
-            read->wanted = scanned != Py_None && lacksFields(scanned);
+            if (scanned == Py_None) {
+                /* Not a message (scannedFrom's dotfile: skipped above). */
+                Py_DECREF(scanned);
+                Py_CLEAR(read->scanned);
+                continue;
+            }
+            read->wanted = lacksFields(scanned);
             /* The name released: the tuple holds it. */
             Py_SETREF(read->scanned, scanned);
         }
