@@ -422,8 +422,11 @@ def _rowsPython(
     """
     What C{listMessages} sorts of each file: the date and size the scan
     found (its name's, else its status's; undated and 0 where neither
-    says), the key and the flags (the reference of the C extension's
-    C{rowsOf}, and its stand-in where it was not built).
+    says: no status when the file was renamed or deleted between the
+    directory's reading and its status, and readBodies looks for it
+    again, meanwhile the server dates it), the key and the flags (the
+    reference of the C extension's C{rowsOf}, and its stand-in where it
+    was not built).
 
     @param flags: the flags of the folder's combinations of info letters
         met so far (those met now are added).
