@@ -298,6 +298,34 @@ class RowsOfTests(SynchronousTestCase):
             self.assertRaises(TypeError, maildir._rowsOf, scanned, {}, flagsOf, {})
 
 
+class DatesRepeatTests(SynchronousTestCase):
+    """
+    The C extension's C{datesRepeat} (whether a run sorted by date must be
+    sorted again as tuples) says what C{_datesRepeatPython} says.
+    """
+
+    def test_sameAsPython(self) -> None:
+        """
+        Empty, one row, distinct dates, a repeat at the start, the middle
+        or the end, undated rows (minus infinity) and negative dates give
+        the same answer in C as in Python.
+        """
+        if maildir._datesRepeat is maildir._datesRepeatPython:
+            builtOrSkip()
+        inf = float("-inf")
+        runs = [[], [1.0], [1.0, 2.0, 3.0], [1.0, 1.0, 3.0], [1.0, 2.0, 2.0], [inf, inf], [inf, 0.0], [-5.5, -5.5, 0.0]]
+        rng = random.Random(31)
+        runs += [sorted(float(rng.randrange(50)) for _ in range(rng.randrange(12))) for _ in range(500)]
+        for dates in runs:
+            noFlags: tuple[str, ...] = ()
+            rows = [(date, f"k{n}", noFlags, 0) for n, date in enumerate(dates)]
+            self.assertEqual(maildir._datesRepeat(rows), maildir._datesRepeatPython(rows), dates)
+        self.assertTrue(maildir._datesRepeat([(1.0, "a", ("\\Seen",), 0), (1.0, "b", ("\\Seen",), 0)]))
+        self.assertRaises(TypeError, maildir._datesRepeat, [(1, "a", (), 0)])
+        self.assertRaises(TypeError, maildir._datesRepeat, [()])
+        self.assertRaises(TypeError, maildir._datesRepeat, ((1.0,),))
+
+
 class AddFilesTests(SynchronousTestCase):
     """
     The C extension's C{addFiles} (L{scan.FolderFiles.add}) does what

@@ -465,12 +465,28 @@ def _sortRows(rows: list[_Row]) -> None:
     message against 500 with the test for equal dates), else as tuples.
     """
     rows.sort(key=_DATE)
-    dates = list(map(_DATE, rows))
-    if any(map(eq, dates, islice(dates, 1, None))):
+    if _datesRepeat(rows):
         rows.sort()
 
 
 _DATE = itemgetter(0)
+
+
+def _datesRepeatPython(rows: list[_Row], /) -> bool:
+    """
+    Whether two neighbouring C{rows} have the same date (the reference of
+    the C extension's C{datesRepeat}, and its stand-in where it was not
+    built).
+    """
+    dates = list(map(_DATE, rows))
+    return any(map(eq, dates, islice(dates, 1, None)))
+
+
+_datesRepeat: Callable[[list[_Row]], bool]
+try:
+    from imapmig.sources._listing import datesRepeat as _datesRepeat
+except ImportError:
+    _datesRepeat = _datesRepeatPython
 
 
 def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:
