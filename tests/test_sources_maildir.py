@@ -1627,6 +1627,10 @@ class ScannedOfTests(SynchronousTestCase):
                     name,
                 )
         self.assertEqual(
+            scan.scannedOf("1700000000.x,S=12:2,S", 1, None, carriedName),
+            ("1700000000.x,S=12", "1700000000.x,S=12", 1, "1700000000.x,S=12:2,S", "S", None, 1700000000.0, 12),
+        )
+        self.assertEqual(
             scan.scannedOf("caf\udce9:2,S", 0, None, carriedName),
-            ("caf%E9", "caf%E9", 0, "caf\udce9:2,S", "S", None),
+            ("caf%E9", "caf%E9", 0, "caf\udce9:2,S", "S", None, None, None),
         )

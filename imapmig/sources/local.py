@@ -39,7 +39,7 @@ import re
 import stat
 from datetime import datetime, timezone
 from types import TracebackType
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from attrs import frozen
 from twisted.internet.defer import Deferred, fail, succeed
@@ -54,6 +54,7 @@ from imapmig.mail.message import (
 __all__ = [
     "FILE_FLAGS",
     "SPECIAL_USE",
+    "Entry",
     "Irregular",
     "Memo",
     "OpenTree",
@@ -413,7 +414,21 @@ class Irregular:
     toDirectory: bool = False
 
 
-def followEntry(tree: OpenTree, relative: str, shown: str, entry: os.DirEntry[str]) -> Irregular:
+class Entry(Protocol):
+    """
+    What L{followEntry} looks at of a directory's entry: the part of
+    C{os.DirEntry} it uses (a Maildir listing read in C makes its own).
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def is_symlink(self) -> bool: ...
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result: ...
+
+
+def followEntry(tree: OpenTree, relative: str, shown: str, entry: Entry) -> Irregular:
     """
     What an entry that is not a regular file is: the reason it is not read
     (a FIFO, a socket, a device; a symbolic link leading out of the root,

@@ -34,13 +34,11 @@ from imapmig.mail.message import (
 )
 from imapmig.sources import IMessageSource
 from imapmig.sources.local import (
-    Irregular,
     carriedName,
     describe,
     linksToNothing,
     originalName,
     settled,
-    sizeAndMtime,
     unreadableAll,
     utcDatetime,
 )
@@ -48,7 +46,6 @@ from imapmig.sources.maildir.folders import findFolders, isFolderName
 from imapmig.sources.messagefile import NOT_READ
 from imapmig.sources.maildir.names import (
     flagsOf,
-    nameFields,
     readKeywords,
 )
 from imapmig.sources.maildir.opened import HELD_FOLDERS, SUBDIRS, HeldFolders, Located, OpenFolder
@@ -307,7 +304,7 @@ class MaildirSource:
                     yield None
                 part = scanned[start : start + turn]
                 files.add(part)
-                run = _rows(opened, flags, keywords, part)
+                run = _rows(flags, keywords, part)
                 _sortRows(run)
                 runs.append(run)
         del scanned
@@ -407,37 +404,41 @@ def _unreadable(opened: OpenFolder, error: OSError) -> SourceError:
     return SourceError(f"cannot list the Maildir folder {opened.shown}: {describe(error)}")
 
 
-def _rows(opened: OpenFolder, flags: _Flags, keywords: dict[str, str], scanned: list[Scanned]) -> list[_Row]:
+def _rows(flags: _Flags, keywords: dict[str, str], scanned: list[Scanned]) -> list[_Row]:
     """
-    What C{listMessages} sorts of each file: the date and size its name
-    gives, else its status gives.
+    What C{listMessages} sorts of each file: L{_rowsPython}, in C where the
+    extension L{imapmig.sources._listing} was built.
+    """
+    return _rowsOf(scanned, flags, flagsOf, keywords)
+
+
+def _rowsPython(
+    scanned: list[Scanned],
+    flags: _Flags,
+    flagsOf: Callable[[str | None, dict[str, str]], tuple[str, ...]],
+    keywords: dict[str, str],
+    /,
+) -> list[_Row]:
+    """
+    What C{listMessages} sorts of each file: the date and size the scan
+    found (its name's, else its status's; undated and 0 where neither
+    says: no status when the file was renamed or deleted between the
+    directory's reading and its status, and readBodies looks for it
+    again, meanwhile the server dates it), the key and the flags (the
+    reference of the C extension's C{rowsOf}, and its stand-in where it
+    was not built).
 
     @param flags: the flags of the folder's combinations of info letters
         met so far (those met now are added).
+    @param flagsOf: the flags of letters met first
+        (L{imapmig.sources.maildir.names.flagsOf}).
     @param keywords: the folder's C{dovecot-keywords}.
     """
     rows: list[_Row] = []
     append = rows.append
-    descriptors = opened.descriptors
     known = flags.get
-    # Once per message, so inline: the row, and the flags of letters met
-    # before (a call costs about 500 instructions; a dict subclass's
-    # __missing__ makes each [] a call of __getitem__).
-    for key, unique, index, name, letters, irregular in scanned:
-        when, size = nameFields(unique)
-        if when is None or size is None:
-            # Its status's date and size; no status when it was renamed or
-            # deleted since the scan (readBodies looks for it again;
-            # meanwhile the server dates it).  A scanned file's
-            # subdirectory is open.
-            status = (
-                sizeAndMtime(descriptors[index], name)  # type: ignore[arg-type]
-                if irregular is None
-                else _statusOf(irregular)
-            )
-            if status is not None:
-                when = status[1] if when is None else when
-                size = status[0] if size is None else size
+    # Once per message where the extension is not built, so inline.
+    for key, _, _, _, letters, _, when, size in scanned:
         flagged = known(letters)
         if flagged is None:
             flagged = flags[letters] = flagsOf(letters, keywords)
@@ -445,13 +446,14 @@ def _rows(opened: OpenFolder, flags: _Flags, keywords: dict[str, str], scanned: 
     return rows
 
 
-def _statusOf(irregular: Irregular) -> tuple[int, float] | None:
-    """
-    The size and mtime of the file an entry that is not a regular file
-    leads to (L{None} for one that leads nowhere).
-    """
-    status = irregular.status
-    return None if status is None else (status.st_size, status.st_mtime)
+_rowsOf: Callable[
+    [list[Scanned], _Flags, Callable[[str | None, dict[str, str]], tuple[str, ...]], dict[str, str]],
+    list[_Row],
+]
+try:
+    from imapmig.sources._listing import rowsOf as _rowsOf
+except ImportError:
+    _rowsOf = _rowsPython
 
 
 def _sortRows(rows: list[_Row]) -> None:
@@ -463,12 +465,28 @@ def _sortRows(rows: list[_Row]) -> None:
     message against 500 with the test for equal dates), else as tuples.
     """
     rows.sort(key=_DATE)
-    dates = list(map(_DATE, rows))
-    if any(map(eq, dates, islice(dates, 1, None))):
+    if _datesRepeat(rows):
         rows.sort()
 
 
 _DATE = itemgetter(0)
+
+
+def _datesRepeatPython(rows: list[_Row], /) -> bool:
+    """
+    Whether two neighbouring C{rows} have the same date (the reference of
+    the C extension's C{datesRepeat}, and its stand-in where it was not
+    built).
+    """
+    dates = list(map(_DATE, rows))
+    return any(map(eq, dates, islice(dates, 1, None)))
+
+
+_datesRepeat: Callable[[list[_Row]], bool]
+try:
+    from imapmig.sources._listing import datesRepeat as _datesRepeat
+except ImportError:
+    _datesRepeat = _datesRepeatPython
 
 
 def _merged(runs: list[list[_Row]]) -> Generator[None, None, list[_Row]]:

@@ -15,6 +15,7 @@ from typing import Callable, Hashable, Sequence
 from imapmig.errors import LeavesTree, SourceError
 from imapmig.mail.message import MessageBody, ReadBodies, SourceMessage, UnreadableMessage
 from imapmig.sources.local import (
+    Entry,
     Irregular,
     carriedName,
     describe,
@@ -135,7 +136,7 @@ class OpenFolder:
         """
         return self._shownDirectories[index]
 
-    def classify(self, index: int, entry: os.DirEntry[str]) -> Irregular | None:
+    def classify(self, index: int, entry: Entry) -> Irregular | None:
         """
         What an entry of subdirectory C{index} that is not a regular file
         is (see L{followEntry}).
