@@ -29,7 +29,6 @@ setup(
         Extension(
             "imapmig.sources._listing",
             sources=["imapmig/sources/_listing.c"],
-            depends=["imapmig/_fsname.h"],
             optional=True,
         ),
         Extension(

@@ -2,9 +2,9 @@
  * A file's name, given as str, as the os module encodes it for a system
  * call: an ASCII name is its own encoding (stored with a terminating NUL),
  * any other is encoded in the file system encoding with surrogateescape
- * for the octets that did not decode.  Shared by imapmig/mail/_octets.c
- * (reading a Maildir's files) and imapmig/sources/_listing.c (listing
- * them), which took each its own copy of these lines.
+ * for the octets that did not decode.  Used by imapmig/mail/_octets.c
+ * (reading a Maildir's files); imapmig/sources/_listing.c, which shared
+ * it, now reads its names from readdir(3) as octets.
  */
 #ifndef IMAPMIG_FSNAME_H
 #define IMAPMIG_FSNAME_H

@@ -915,7 +915,7 @@ class OpenFolderTests(SynchronousTestCase):
         once; a file or a subdirectory that is gone gives L{None}; the
         descriptors (and the Maildir's) are closed on leaving.
         """
-        from imapmig.sources.local import sizeAndMtime
+        from imapmig.sources.local import sizeAndMtimePython as sizeAndMtime
         from imapmig.sources.maildir.opened import OpenFolder
 
         folder = self.mktemp()

@@ -2,16 +2,12 @@
  * imapmig.sources._listing: a listed file's size and mtime, and a listed
  * message's date, in C (issue 31).
  *
- * sizeAndMtime(dirFd, name) -> (st_size, st_mtime) or None
- *
- * The same function as imapmig.sources.local.sizeAndMtimePython, which is
- * the reference and the fallback where this extension was not built (no
- * compiler): the status of the file name in the directory dirFd, not
- * following a symbolic link (one fstatat, the GIL released around it), its
- * size and its mtime in seconds as a float, exactly as os.stat's st_size and
- * st_mtime; None when it cannot be had (renamed or deleted since the
- * directory was read, or any other error).  tests.test_sources_local runs
- * both on the same files.
+ * Directory(fd).scan(...): a turn of a Maildir folder's scan (below), with
+ * the status of the files whose names lack a date or a size taken in the
+ * same pass: as imapmig.sources.local.sizeAndMtimePython gives it (one
+ * fstatat, not following a symbolic link, its size and its mtime in seconds
+ * as a float, exactly as os.stat's st_size and st_mtime), the GIL released
+ * once a turn.
  *
  * A Maildir listing takes one status a file whose name carries no size
  * (no ,S= field), which is most of them: os.stat built an os.stat_result
@@ -116,7 +112,6 @@
 #include <sys/stat.h>
 #include <math.h>
 #include <datetime.h>
-#include "../_fsname.h"
 
 #if defined(__GNUC__)
 #define INLINE inline __attribute__((always_inline))
@@ -142,77 +137,6 @@ findChar(int kind, const void *data, Py_ssize_t from, Py_ssize_t length, char c)
 
 /* 10000-01-01T00:00:00Z: the first second a datetime cannot hold. */
 #define END_OF_9999 253402300800.0
-
-PyDoc_STRVAR(sizeAndMtime_doc,
-             "sizeAndMtime(dirFd, name, /)\n--\n\n"
-             "The size and mtime (seconds, a float) of the file name in the directory\n"
-             "dirFd, not following a symbolic link, as os.stat's st_size and st_mtime;\n"
-             "None when it cannot be had.");
-
-static PyObject *
-sizeAndMtime(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    (void)module;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "sizeAndMtime takes exactly 2 arguments");
-        return NULL;
-    }
-    long fd = PyLong_AsLong(args[0]);
-    if (fd == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    if (fd < INT_MIN || fd > INT_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "sizeAndMtime: dirFd out of range");
-        return NULL;
-    }
-    int dirFd = (int)fd;
-    PyObject *name = args[1];
-    if (!PyUnicode_Check(name)) {
-        PyErr_SetString(PyExc_TypeError, "sizeAndMtime: name must be str");
-        return NULL;
-    }
-    PyObject *encoded;
-    const char *path;
-    int named = fsName(name, &encoded, &path);
-    if (named < 0) {
-        /* A name the file system encoding cannot take (a lone surrogate
-         * surrogateescape does not map): as the Python twin, which gets a
-         * ValueError from os.stat, no status. */
-        if (!PyErr_ExceptionMatches(PyExc_ValueError)) {
-            return NULL;
-        }
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
-    if (named == 0) {
-        /* An embedded NUL: no such file can be listed. */
-        Py_XDECREF(encoded);
-        Py_RETURN_NONE;
-    }
-    struct stat status;
-    int result;
-    Py_BEGIN_ALLOW_THREADS
-    result = fstatat(dirFd, path, &status, AT_SYMLINK_NOFOLLOW);
-    Py_END_ALLOW_THREADS
-    Py_XDECREF(encoded);
-    if (result != 0) {
-        Py_RETURN_NONE;
-    }
-    /* As CPython's fill_time computes st_mtime. */
-    double mtime = status.st_mtim.tv_sec + status.st_mtim.tv_nsec * 1e-9;
-    PyObject *pair = PyTuple_New(2);
-    PyObject *size = PyLong_FromLongLong((long long)status.st_size);
-    PyObject *when = PyFloat_FromDouble(mtime);
-    if (pair == NULL || size == NULL || when == NULL) {
-        Py_XDECREF(pair);
-        Py_XDECREF(size);
-        Py_XDECREF(when);
-        return NULL;
-    }
-    PyTuple_SET_ITEM(pair, 0, size);
-    PyTuple_SET_ITEM(pair, 1, when);
-    return pair;
-}
 
 PyDoc_STRVAR(utcDatetime_doc,
              "utcDatetime(seconds, /)\n--\n\n"
@@ -1239,7 +1163,6 @@ listingExec(PyObject *module)
 }
 
 static PyMethodDef listingMethods[] = {
-    {"sizeAndMtime", (PyCFunction)(void (*)(void))sizeAndMtime, METH_FASTCALL, sizeAndMtime_doc},
     {"utcDatetime", (PyCFunction)utcDatetime, METH_O, utcDatetime_doc},
     {"nameFields", (PyCFunction)nameFields, METH_O, nameFields_doc},
     {"scannedOf", (PyCFunction)(void (*)(void))scannedOf, METH_FASTCALL, scannedOf_doc},

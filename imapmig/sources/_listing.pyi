@@ -1,5 +1,5 @@
 # The C extension imapmig/sources/_listing.c, built where a compiler is:
-# imapmig.sources.local.sizeAndMtimePython and utcDatetimePython, and
+# imapmig.sources.local.utcDatetimePython, and
 # imapmig.sources.maildir.names.nameFieldsPython, scan.scannedOfPython,
 # scan.DirectoryPython, _rowsPython and _listedPython, are the same
 # functions and class, documented.
@@ -11,7 +11,6 @@ from imapmig.sources.local import Irregular
 
 _Message = TypeVar("_Message")
 
-def sizeAndMtime(dirFd: int, name: str, /) -> tuple[int, float] | None: ...
 def utcDatetime(seconds: float, /) -> datetime: ...
 def nameFields(unique: str, /) -> tuple[float | None, int | None]: ...
 def listedMessages(

@@ -73,7 +73,6 @@ __all__ = [
     "originalName",
     "settled",
     "shownPath",
-    "sizeAndMtime",
     "sizeAndMtimePython",
     "utcDatetime",
     "utcDatetimePython",
@@ -601,8 +600,9 @@ def inboxFirst(folders: list[SourceFolder]) -> list[SourceFolder]:
 def sizeAndMtimePython(dirFd: int, name: str, /) -> tuple[int, float] | None:
     """
     The size and mtime of a listed file, as C{os.stat} gives them
-    (C{st_size}, C{st_mtime}): the reference of the C extension's
-    L{sizeAndMtime}, and its stand-in where it was not built.
+    (C{st_size}, C{st_mtime}): in a listing the C extension's
+    C{Directory} takes the status itself (the GIL released once a turn of
+    files); this is its Python twin's, L{imapmig.sources.maildir.scan}.
 
     @param dirFd: the open directory holding it.
     @param name: its name there; a symbolic link is not followed.
@@ -614,15 +614,6 @@ def sizeAndMtimePython(dirFd: int, name: str, /) -> tuple[int, float] | None:
     except (OSError, ValueError):
         return None
     return status.st_size, status.st_mtime
-
-
-sizeAndMtime: Callable[[int, str], tuple[int, float] | None]
-"""
-L{sizeAndMtimePython}, in C where the extension L{imapmig.sources._listing}
-was built (once per file of a Maildir listing: C{os.stat}'s result of
-nineteen fields cost about 6,600 instructions a file).
-"""
-
 
 
 def utcDatetimePython(seconds: float, /) -> datetime:
@@ -643,7 +634,6 @@ datetimes, the second by C{timezone.utc.fromutc}, about 2,900 instructions).
 """
 
 try:
-    from imapmig.sources._listing import sizeAndMtime, utcDatetime
+    from imapmig.sources._listing import utcDatetime
 except ImportError:
-    sizeAndMtime = sizeAndMtimePython
     utcDatetime = utcDatetimePython
