@@ -29,7 +29,7 @@ from imapmig.imap.outgoing import (
     appendArguments,
     chooseLiteralMode,
 )
-from imapmig.imap.pipeline import AppendPipeline, WRITE_GATHER
+from imapmig.imap.pipeline import AppendPipeline, WRITE_GATHER, outstandingBytes
 
 
 class CountingTransport(StringTransport):
@@ -822,6 +822,18 @@ class FlowControlTests(SynchronousTestCase):
         self.assertNoResult(hungry)
         client.dataReceived(b"0003 OK ok\r\n")
         self.successResultOf(hungry)
+
+    def test_outstandingBytes(self) -> None:
+        """
+        outstandingBytes() counts the octets queued and in flight.
+        """
+        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=3)
+        self.assertEqual(outstandingBytes(pipeline), 0)
+        pipeline.enqueue([message(str(n), b"mm") for n in range(4)])
+        self.assertEqual(transport.take().count(b" APPEND "), 1)
+        self.assertEqual(outstandingBytes(pipeline), 8)
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(outstandingBytes(pipeline), 2)
 
     def test_connectionLost(self) -> None:
         """

@@ -178,6 +178,83 @@ class SharingTests(SynchronousTestCase):
         self.assertEqual(taken(units, 1, "A").mailbox, "A")
         self.assertEqual(taken(units, 2, None).mailbox, "B")
 
+    def test_sharesCountWhatIsOwed(self) -> None:
+        """
+        With the connections joined (L{SharedUnits.join}), a share is cut
+        so that what its connection owes (taken, not yet answered) comes
+        to its part of all that is left, owed by any connection or
+        untaken: a connection with a batch more in flight than the other
+        takes that much less, at least an eighth of the minimum share.
+        """
+        owed = {1: 0, 2: 0}
+        units = SharedUnits(2, 80, RunStop())
+        units.join(1, lambda: owed[1])
+        units.join(2, lambda: owed[2])
+        units.extend([unit("A", 200), unit("B", 200, first=1000)])
+        self.assertEqual(len(taken(units, 1, None).messages), 100)
+        owed[1] = 10000
+        # 300 left and 100 owed: 2's part is 200, more than the guided 80.
+        share = taken(units, 2, None)
+        self.assertEqual((share.mailbox, len(share.messages)), ("B", 80))
+        owed[1], owed[2] = 14000, 2000
+        # 220 left, 160 owed: 1's part is 190, less its 140: 50.
+        self.assertEqual(len(taken(units, 1, "A").messages), 50)
+        owed[1], owed[2] = 19000, 1000
+        # 170 left, 200 owed: 2's part is 185, less its 10: the guided 80.
+        self.assertEqual(len(taken(units, 2, "B").messages), 80)
+        owed[2] = 9000
+        # 90 left, 280 owed: 1's part is 185, less its 190: at least 10.
+        self.assertEqual(len(taken(units, 1, "A").messages), 10)
+
+    def test_aheadWaits(self) -> None:
+        """
+        L{SharedUnits.ahead}: a joined connection that owes its part of all
+        that is left, less an eighth of a minimum share, waits while a
+        free mailbox has messages left (the other may take them), not
+        alone, not when it owes nothing, and not when only its own
+        mailbox or others' have any left.
+        """
+        owed = {1: 0, 2: 0}
+        units = SharedUnits(2, 80, RunStop())
+        units.join(1, lambda: owed[1])
+        self.assertFalse(units.ahead(1, None))
+        units.extend([unit("A", 30), unit("B", 30, first=100), unit("C", 30, first=200)])
+        taken(units, 1, None)
+        owed[1] = 100000
+        # Alone: never.
+        self.assertFalse(units.ahead(1, "A"))
+        units.join(2, lambda: owed[2])
+        self.assertEqual(len(taken(units, 2, None).messages), 20)
+        owed[2] = 3000
+        # 40 left (10 of B, 2's, and 30 of C, free).
+        self.assertTrue(units.ahead(1, "A"))
+        self.assertFalse(units.ahead(2, "B"))
+        owed[1] = 3000
+        # 100 messages' worth left: 1's part 50, less its 30: 20, more
+        # than 10.
+        self.assertFalse(units.ahead(1, "A"))
+        owed[1] = 5100
+        self.assertTrue(units.ahead(1, "A"))
+        owed[1] = 0
+        self.assertFalse(units.ahead(1, "A"))
+
+    def test_notAheadOfItsOwnMailbox(self) -> None:
+        """
+        A connection whose mailbox, or the others', holds all that is left
+        does not wait, whatever it owes: no other connection could take
+        it meanwhile.
+        """
+        owed = {1: 100000, 2: 0}
+        units = SharedUnits(2, 80, RunStop())
+        units.join(1, lambda: owed[1])
+        units.join(2, lambda: owed[2])
+        units.extend([unit("A", 100), unit("B", 30, first=1000)])
+        self.assertEqual(len(taken(units, 1, None).messages), 80)
+        self.assertEqual(len(taken(units, 2, None).messages), 30)
+        owed[2] = 100000
+        self.assertFalse(units.ahead(1, "A"))
+        self.assertFalse(units.ahead(2, "B"))
+
     def test_aloneKeepsItsMailbox(self) -> None:
         """
         A connection alone (no other has a mailbox) keeps to its mailbox

@@ -740,3 +740,12 @@ class AppendPipeline:
             result.extend(command.messages)
         result.extend(self._pending.unsettled())
         return result
+
+
+def outstandingBytes(pipeline: AppendPipeline) -> int:
+    """
+    The octets C{pipeline} has queued or in flight (not those waiting to
+    be sent again): what it has left to send and have answered.  (Outside
+    the class, which is at the size the layout allows.)
+    """
+    return pipeline.bytesInFlight + pipeline._pending.queuedBytes

@@ -25,7 +25,7 @@ from twisted.internet.task import deferLater
 from imapmig.errors import LeaseLost
 from imapmig.imap.appendlimit import messageSizeLimit
 from imapmig.imap.outgoing import OutgoingMessage, SendDeadline
-from imapmig.imap.pipeline import AppendPipeline
+from imapmig.imap.pipeline import AppendPipeline, outstandingBytes
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
 from imapmig.job.budgets import UnitBudgets
@@ -59,6 +59,11 @@ from imapmig.sources.imap import IMAPSource
 from imapmig.progress.telemetry import ServerTelemetry
 
 __all__ = ["CopyLoop"]
+
+# Seconds a connection that owes its part of what is left
+# (SharedUnits.ahead) waits before it asks again: short against the ~20 ms
+# the server takes for a MULTIAPPEND batch of 200 messages.
+AHEAD_WAIT = 0.002
 
 
 def _listed(chunk: Sequence[SourceMessage]) -> int:
@@ -110,6 +115,7 @@ class _Connection:
     @ivar current: the mailbox it has selected, or L{None}.
     @ivar target: that mailbox, as the preparation found it.
     @ivar traits: by mailbox, what the destination can store.
+    @ivar unread: the listed octets of its unit not yet read.
     """
 
     session: IMAPSession
@@ -126,6 +132,14 @@ class _Connection:
     current: str | None = None
     target: TargetMailbox = field(default_factory=TargetMailbox)
     traits: dict[str, DestinationTraits] = field(default_factory=dict)
+    unread: int = 0
+
+    def owing(self) -> int:
+        """
+        The octets it has taken and not had answered: not yet read, queued
+        or in flight.
+        """
+        return self.unread + outstandingBytes(self.pipeline)
 
 
 class CopyLoop:
@@ -206,6 +220,7 @@ class CopyLoop:
             by each APPENDUID.
         """
         connection = self._connectionFor(session, targets, floors)
+        self._units.join(connection.worker, connection.owing)
         try:
             if not await self._copyUnits(attempt, connection):
                 return
@@ -296,6 +311,13 @@ class CopyLoop:
         """
         units = self._units
         while units and not self._stop.requested and units.limitReached is None:
+            if units.ahead(connection.worker, connection.current):
+                # It owes its part of what is left: the others may take the
+                # rest of the free mailboxes meanwhile.  Its pipeline sends
+                # what it holds (hungry: its failure ends the copy).
+                await deferLater(self._clock, AHEAD_WAIT)
+                await connection.pipeline.hungry()
+                continue
             taken = units.take(connection.worker, connection.current)
             if taken is None:
                 # What is left is other connections' mailboxes: theirs.
@@ -321,6 +343,7 @@ class CopyLoop:
                 connection.batch = batch
                 connection.steps = self._readSteps(connection.pipeline, batch)
             connection.target.messages += len(unit.messages)
+            connection.unread = unit.octets
             # The unit is journaled before a single octet of it leaves.
             ticket = await self._recorder.journal(
                 unit.mailbox,
@@ -364,6 +387,7 @@ class CopyLoop:
                 if read is None:
                     break
                 chunk, bodies = read
+                connection.unread -= _listed(chunk)
                 stopped: bool = self._stop.requested
                 if rated is not None and not stopped:
                     try:
@@ -387,6 +411,7 @@ class CopyLoop:
                     await deferLater(self._clock, 0)
                 await hungry
         finally:
+            connection.unread = 0
             steps.discard()
             if budgets is not None:
                 await budgets.release()
