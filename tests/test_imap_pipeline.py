@@ -435,6 +435,24 @@ class BatchGrowthTests(SynchronousTestCase):
         self.assertEqual(transport.take().count(b" APPEND "), 2)
 
 
+    def test_batchesAtMost(self) -> None:
+        """
+        sizeBatchesFor's C{most} caps the batch, grown or not (the end of a
+        job of several connections), and what the pipeline asks for.
+        """
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=2, windowMessages=20, batchGrowth=100
+        )
+        self.assertEqual(pipeline.sizeBatchesFor(600, 3), 3)
+        pipeline.pauseProducing()
+        pipeline.enqueue([message(str(n), b"x") for n in range(3)])
+        self.assertFalse(pipeline.hungry().called)
+        pipeline.resumeProducing()
+        self.assertEqual(transport.take().count(b"{1+}"), 3)
+        self.assertEqual(pipeline.sizeBatchesFor(100, 1), 1)
+        pipeline.enqueue([message(str(n), b"x") for n in range(3, 5)])
+        self.assertEqual(transport.take().count(b" APPEND "), 2)
+
 class LiteralMinusTests(SynchronousTestCase):
     """
     LITERAL- allows non-synchronizing literals up to 4096 octets only; a

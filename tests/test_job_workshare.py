@@ -180,17 +180,18 @@ class SharingTests(SynchronousTestCase):
 
     def test_sharesCountWhatIsOwed(self) -> None:
         """
-        With the connections joined (L{SharedUnits.join}), a share is cut
-        so that what its connection owes (taken, not yet answered) comes
-        to its part of all that is left, owed by any connection or
-        untaken: a connection with a batch more in flight than the other
-        takes that much less, at least an eighth of the minimum share.
+        With the connections joined (L{SharedUnits.join}), while another
+        free mailbox has messages left, a share is cut so that what its
+        connection owes (taken, not yet answered) comes to its part of all
+        that is left, owed by any connection or untaken: a connection with
+        a batch more in flight than the other takes that much less, at
+        least an eighth of the minimum share.
         """
         owed = {1: 0, 2: 0}
         units = SharedUnits(2, 80, RunStop())
         units.join(1, lambda: owed[1])
         units.join(2, lambda: owed[2])
-        units.extend([unit("A", 200), unit("B", 200, first=1000)])
+        units.extend([unit("A", 200), unit("B", 190, first=1000), unit("C", 10, first=2000)])
         self.assertEqual(len(taken(units, 1, None).messages), 100)
         owed[1] = 10000
         # 300 left and 100 owed: 2's part is 200, more than the guided 80.
@@ -241,8 +242,8 @@ class SharingTests(SynchronousTestCase):
     def test_notAheadOfItsOwnMailbox(self) -> None:
         """
         A connection whose mailbox, or the others', holds all that is left
-        does not wait, whatever it owes: no other connection could take
-        it meanwhile.
+        does not wait, whatever it owes, nor is its share cut: no other
+        connection could take the rest meanwhile.
         """
         owed = {1: 100000, 2: 0}
         units = SharedUnits(2, 80, RunStop())
@@ -254,6 +255,23 @@ class SharingTests(SynchronousTestCase):
         owed[2] = 100000
         self.assertFalse(units.ahead(1, "A"))
         self.assertFalse(units.ahead(2, "B"))
+        # Nor is its share cut to its part: the rest would wait for it.
+        self.assertEqual(len(taken(units, 1, "A").messages), 20)
+
+    def test_ending(self) -> None:
+        """
+        L{SharedUnits.ending}: with several connections, once less than a
+        minimum share for each is left untaken; never for one connection.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 25)])
+        self.assertFalse(units.ending())
+        # 15 left of 25: less than 2 * 10.
+        taken(units, 1, "A")
+        self.assertTrue(units.ending())
+        alone = SharedUnits(1, 10, RunStop())
+        alone.extend([unit("A", 5)])
+        self.assertFalse(alone.ending())
 
     def test_aloneKeepsItsMailbox(self) -> None:
         """

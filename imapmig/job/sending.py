@@ -15,6 +15,7 @@ out.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -64,6 +65,10 @@ __all__ = ["CopyLoop"]
 # (SharedUnits.ahead) waits before it asks again: short against the ~20 ms
 # the server takes for a MULTIAPPEND batch of 200 messages.
 AHEAD_WAIT = 0.002
+
+# Toward the end of a job of several connections (SharedUnits.ending), its
+# batches are of this fraction of the batch at most.
+END_BATCH_DIVISOR = 4
 
 
 def _listed(chunk: Sequence[SourceMessage]) -> int:
@@ -338,7 +343,12 @@ class CopyLoop:
                 self._progress.currentFolder = unit.mailbox
                 connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
             # Batches grow with the mailbox, as Dovecot's cost a command does.
-            batch = connection.pipeline.sizeBatchesFor(connection.target.messages)
+            # Smaller toward the end of a job of several connections: what
+            # each has in flight is answered, and counted, in finer steps.
+            most = max(1, self._settings.batchMessages // END_BATCH_DIVISOR)
+            batch = connection.pipeline.sizeBatchesFor(
+                connection.target.messages, most if units.ending() else sys.maxsize
+            )
             if batch != connection.batch:
                 connection.batch = batch
                 connection.steps = self._readSteps(connection.pipeline, batch)

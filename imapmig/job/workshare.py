@@ -126,10 +126,27 @@ class SharedUnits:
         inUse = {m for w, m in self._mailboxes.items() if w != worker}
         if not inUse or not self._units or worker not in self._owing:
             return False
-        if all(u.mailbox == current or u.mailbox in inUse for u in self._units):
+        if not self._freeBesides(current, inUse):
             return False
         own, total = self._left(worker)
         return 0 < own and total // self._connections - own < self._floor() * self._averageSize()
+
+    def _freeBesides(self, mailbox: str | None, inUse: Collection[str]) -> bool:
+        """
+        Whether a mailbox other than C{mailbox}, and not in C{inUse}, has
+        messages left to take.
+        """
+        return any(u.mailbox != mailbox and u.mailbox not in inUse for u in self._units)
+
+    def ending(self) -> bool:
+        """
+        Whether the job has other connections and less than a minimum
+        share (a batch) for each left untaken: its connections then send
+        in smaller batches (L{imapmig.job.sending}), so that what each
+        has in flight is answered, and counted (L{join}), in finer steps
+        while the last shares are sized.
+        """
+        return self._connections > 1 and self._untaken < self._connections * self._minimumShare
 
     def _averageSize(self) -> int:
         """
@@ -188,7 +205,9 @@ class SharedUnits:
             return None
         if inUse:
             share = self._capped(index, share, inUse)
-            if worker in self._owing:
+            # Cut to its part only when another could take the rest meanwhile:
+            # what is left of its own mailbox alone it takes later anyway.
+            if worker in self._owing and self._freeBesides(units[index].mailbox, inUse):
                 share = self._fair(worker, index, share)
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
