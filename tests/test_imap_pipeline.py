@@ -29,7 +29,7 @@ from imapmig.imap.outgoing import (
     appendArguments,
     chooseLiteralMode,
 )
-from imapmig.imap.pipeline import AppendPipeline, WRITE_GATHER, outstandingBytes
+from imapmig.imap.pipeline import AppendPipeline, WRITE_GATHER
 
 
 class CountingTransport(StringTransport):
@@ -438,7 +438,8 @@ class BatchGrowthTests(SynchronousTestCase):
     def test_batchesAtMost(self) -> None:
         """
         sizeBatchesFor's C{most} caps the batch, grown or not (the end of a
-        job of several connections), and what the pipeline asks for.
+        job of several connections), what the pipeline asks for, and the
+        window: three batches.
         """
         transport, pipeline, outcomes, client = connect(
             LiteralMode.PLUS, batchMessages=2, windowMessages=20, batchGrowth=100
@@ -449,9 +450,19 @@ class BatchGrowthTests(SynchronousTestCase):
         self.assertFalse(pipeline.hungry().called)
         pipeline.resumeProducing()
         self.assertEqual(transport.take().count(b"{1+}"), 3)
+        # Capped, the window holds 3 batches at most: 3 here.
         self.assertEqual(pipeline.sizeBatchesFor(100, 1), 1)
-        pipeline.enqueue([message(str(n), b"x") for n in range(3, 5)])
-        self.assertEqual(transport.take().count(b" APPEND "), 2)
+        pipeline.enqueue([message(str(n), b"x") for n in range(3, 8)])
+        self.assertEqual(transport.take(), b"")
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take().count(b" APPEND "), 3)
+        client.dataReceived(b"0002 OK ok\r\n")
+        self.assertEqual(transport.take().count(b" APPEND "), 1)
+        # Uncapped, the settings' window again.
+        self.assertEqual(pipeline.sizeBatchesFor(100), 2)
+        pipeline.enqueue([message(str(n), b"x") for n in range(8, 16)])
+        # 7 to 14 in batches of 2; 15 waits for more.
+        self.assertEqual(transport.take().count(b" APPEND "), 4)
 
 class LiteralMinusTests(SynchronousTestCase):
     """
@@ -840,18 +851,6 @@ class FlowControlTests(SynchronousTestCase):
         self.assertNoResult(hungry)
         client.dataReceived(b"0003 OK ok\r\n")
         self.successResultOf(hungry)
-
-    def test_outstandingBytes(self) -> None:
-        """
-        outstandingBytes() counts the octets queued and in flight.
-        """
-        transport, pipeline, outcomes, client = connect(LiteralMode.PLUS, batchMessages=3)
-        self.assertEqual(outstandingBytes(pipeline), 0)
-        pipeline.enqueue([message(str(n), b"mm") for n in range(4)])
-        self.assertEqual(transport.take().count(b" APPEND "), 1)
-        self.assertEqual(outstandingBytes(pipeline), 8)
-        client.dataReceived(b"0001 OK ok\r\n")
-        self.assertEqual(outstandingBytes(pipeline), 2)
 
     def test_connectionLost(self) -> None:
         """

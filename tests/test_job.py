@@ -983,42 +983,32 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (40, 0))
         h.finish()
 
-    def test_aheadWaitsForTheOther(self) -> None:
+    def test_smallerBatchesAtTheEnd(self) -> None:
         """
-        With two connections, one that owes its part of what is left
-        (L{SharedUnits.ahead}: here, the first three times it is asked)
-        waits L{AHEAD_WAIT} on the clock before it asks again, then takes
-        its share (here the other, never held up, has taken all by then);
-        every message lands once, in its mailbox, toward the end in
-        smaller batches (L{SharedUnits.ending}: 24 APPENDs of 36 messages
-        in batches of 2).
+        With two connections, once less than a batch for each is left
+        untaken (L{SharedUnits.ending}), the connections send batches of a
+        quarter batch at most (here 1 message where a batch is 4), so
+        that each ends with little in flight; one connection sends whole
+        batches to the end.  Every message lands once either way.
         """
-        from imapmig.job.sending import AHEAD_WAIT
-        from imapmig.job.workshare import SharedUnits
-
-        asked: list[int] = []
-        ahead = SharedUnits.ahead
-
-        def aheadThrice(self: SharedUnits, worker: int, current: str | None) -> bool:
-            asked.append(worker)
-            return len(asked) <= 3 or ahead(self, worker, current)
-
-        self.patch(SharedUnits, "ahead", aheadThrice)
-        h = JobHarness(self)
-        for index, name in enumerate(["INBOX", "Archive", "Sent"]):
-            populate(h.source, h.source.addFolder(name), 12, start=100 * index)
-        settings = JobSettings(connections=2, batchMessages=2, windowMessages=4, unitMessages=12)
-        start = h.clock.seconds()
-
-        self.assertTrue(h.run(h.job(settings)))
-
-        self.assertGreater(len(asked), 3)
-        self.assertGreaterEqual(h.clock.seconds() - start, AHEAD_WAIT)
-        self.assertEqual(sum(len(appendLines(server)) for server in h.endpoint.servers), 24)
-        for index, name in enumerate(["INBOX", "Archive", "Sent"]):
-            h.assertHolds(name, range(100 * index, 100 * index + 12))
-        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (36, 0))
-        h.finish()
+        appends: list[int] = []
+        for connections in (1, 2):
+            h = JobHarness(self)
+            for index, name in enumerate(["INBOX", "Archive"]):
+                populate(h.source, h.source.addFolder(name), 24, start=100 * index)
+            settings = JobSettings(
+                connections=connections, batchMessages=4, windowMessages=8, unitMessages=24
+            )
+            self.assertTrue(h.run(h.job(settings)))
+            lines = [line for server in h.endpoint.servers for line in appendLines(server)]
+            appends.append(len(lines))
+            h.assertHolds("INBOX", range(24))
+            h.assertHolds("Archive", range(100, 124))
+            self.assertEqual(self.successResultOf(h.store.summary(JOB)), (48, 0))
+            h.finish()
+        # 48 messages in batches of 4: 13 APPENDs alone (one short), 21 on
+        # two connections (16 with whole batches to the end).
+        self.assertEqual(appends, [13, 21])
 
     def test_oneFolderOneConnection(self) -> None:
         """

@@ -340,8 +340,8 @@ class AppendPipeline:
         self._mailbox = encodeMailboxName(mailbox)
 
     def sizeBatchesFor(self, mailboxMessages: int, most: int = sys.maxsize) -> int:
-        """Size batches for a mailbox of C{mailboxMessages}, of C{most} at most; return it."""
-        self._pending.resize(batch := min(most, self._settings.batchFor(mailboxMessages)))
+        """Size batches for a mailbox of C{mailboxMessages}, C{most} at most (SendQueue.resize)."""
+        self._pending.resize(batch := min(most, self._settings.batchFor(mailboxMessages)), most)
         return batch
 
     @property
@@ -740,12 +740,3 @@ class AppendPipeline:
             result.extend(command.messages)
         result.extend(self._pending.unsettled())
         return result
-
-
-def outstandingBytes(pipeline: AppendPipeline) -> int:
-    """
-    The octets C{pipeline} has queued or in flight (not those waiting to
-    be sent again): what it has left to send and have answered.  (Outside
-    the class, which is at the size the layout allows.)
-    """
-    return pipeline.bytesInFlight + pipeline._pending.queuedBytes

@@ -26,7 +26,7 @@ from twisted.internet.task import deferLater
 from imapmig.errors import LeaseLost
 from imapmig.imap.appendlimit import messageSizeLimit
 from imapmig.imap.outgoing import OutgoingMessage, SendDeadline
-from imapmig.imap.pipeline import AppendPipeline, outstandingBytes
+from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
 from imapmig.job.budgets import UnitBudgets
@@ -61,13 +61,8 @@ from imapmig.progress.telemetry import ServerTelemetry
 
 __all__ = ["CopyLoop"]
 
-# Seconds a connection that owes its part of what is left
-# (SharedUnits.ahead) waits before it asks again: short against the ~20 ms
-# the server takes for a MULTIAPPEND batch of 200 messages.
-AHEAD_WAIT = 0.002
-
 # Toward the end of a job of several connections (SharedUnits.ending), its
-# batches are of this fraction of the batch at most.
+# batches hold this fraction of the batch at most.
 END_BATCH_DIVISOR = 4
 
 
@@ -120,7 +115,6 @@ class _Connection:
     @ivar current: the mailbox it has selected, or L{None}.
     @ivar target: that mailbox, as the preparation found it.
     @ivar traits: by mailbox, what the destination can store.
-    @ivar unread: the listed octets of its unit not yet read.
     """
 
     session: IMAPSession
@@ -137,14 +131,6 @@ class _Connection:
     current: str | None = None
     target: TargetMailbox = field(default_factory=TargetMailbox)
     traits: dict[str, DestinationTraits] = field(default_factory=dict)
-    unread: int = 0
-
-    def owing(self) -> int:
-        """
-        The octets it has taken and not had answered: not yet read, queued
-        or in flight.
-        """
-        return self.unread + outstandingBytes(self.pipeline)
 
 
 class CopyLoop:
@@ -225,7 +211,6 @@ class CopyLoop:
             by each APPENDUID.
         """
         connection = self._connectionFor(session, targets, floors)
-        self._units.join(connection.worker, connection.owing)
         try:
             if not await self._copyUnits(attempt, connection):
                 return
@@ -316,13 +301,6 @@ class CopyLoop:
         """
         units = self._units
         while units and not self._stop.requested and units.limitReached is None:
-            if units.ahead(connection.worker, connection.current):
-                # It owes its part of what is left: the others may take the
-                # rest of the free mailboxes meanwhile.  Its pipeline sends
-                # what it holds (hungry: its failure ends the copy).
-                await deferLater(self._clock, AHEAD_WAIT)
-                await connection.pipeline.hungry()
-                continue
             taken = units.take(connection.worker, connection.current)
             if taken is None:
                 # What is left is other connections' mailboxes: theirs.
@@ -343,8 +321,9 @@ class CopyLoop:
                 self._progress.currentFolder = unit.mailbox
                 connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
             # Batches grow with the mailbox, as Dovecot's cost a command does.
-            # Smaller toward the end of a job of several connections: what
-            # each has in flight is answered, and counted, in finer steps.
+            # Smaller, with a narrower window, toward the end of a job of
+            # several connections (SharedUnits.ending): each then ends with
+            # a few small batches in flight, and the connections together.
             most = max(1, self._settings.batchMessages // END_BATCH_DIVISOR)
             batch = connection.pipeline.sizeBatchesFor(
                 connection.target.messages, most if units.ending() else sys.maxsize
@@ -353,7 +332,6 @@ class CopyLoop:
                 connection.batch = batch
                 connection.steps = self._readSteps(connection.pipeline, batch)
             connection.target.messages += len(unit.messages)
-            connection.unread = unit.octets
             # The unit is journaled before a single octet of it leaves.
             ticket = await self._recorder.journal(
                 unit.mailbox,
@@ -397,7 +375,6 @@ class CopyLoop:
                 if read is None:
                     break
                 chunk, bodies = read
-                connection.unread -= _listed(chunk)
                 stopped: bool = self._stop.requested
                 if rated is not None and not stopped:
                     try:
@@ -421,7 +398,6 @@ class CopyLoop:
                     await deferLater(self._clock, 0)
                 await hungry
         finally:
-            connection.unread = 0
             steps.discard()
             if budgets is not None:
                 await budgets.release()

@@ -63,9 +63,6 @@ class SharedUnits:
         # By connection, the mailbox it appends to: that of the last share
         # it took.
         self._mailboxes: dict[int, str] = {}
-        # By connection, what it has taken and not yet had answered, in
-        # octets (join).
-        self._owing: dict[int, Callable[[], int]] = {}
         self.limitReached: DailyLimitReached | None = None
 
     def __bool__(self) -> bool:
@@ -82,77 +79,17 @@ class SharedUnits:
         self._untaken = sum(len(unit.messages) for unit in self._units)
         self._untakenOctets = sum(unit.octets for unit in self._units)
 
-    def join(self, worker: int, owing: Callable[[], int]) -> None:
-        """
-        The connection C{worker} works on this attempt; C{owing()} tells
-        the octets it has taken and not yet had answered (read, queued or
-        in flight), which L{take} and L{ahead} weigh with what is left.
-        """
-        self._owing[worker] = owing
-
-    def _left(self, worker: int) -> tuple[int, int]:
-        """
-        What C{worker} owes, and all that is left: untaken, and owed by
-        every connection (L{join}), in octets.
-        """
-        own = 0
-        total = self._untakenOctets
-        for other, owing in self._owing.items():
-            owed = owing()
-            total += owed
-            if other == worker:
-                own = owed
-        return own, total
-
-    def _floor(self) -> int:
-        """
-        The smallest share cut to a connection's part (L{_fair}), in
-        messages.
-        """
-        return max(1, self._minimumShare // 8)
-
-    def ahead(self, worker: int, current: str | None) -> bool:
-        """
-        Whether the connection C{worker}, with other connections at work,
-        already owes its part of all that is left (L{_left} over the
-        job's connections, less a smallest share) while a mailbox no
-        connection appends to has messages left: it waits for a reply
-        before it takes more, and the others may take that mailbox
-        meanwhile.  Without the wait, a connection whose pipeline asked
-        for more took a share on top of a batch or two still in flight or
-        queued, and ended after the other by as much (realistic corpus, 2
-        connections: 2-63 ms).
-        """
-        inUse = {m for w, m in self._mailboxes.items() if w != worker}
-        if not inUse or not self._units or worker not in self._owing:
-            return False
-        if not self._freeBesides(current, inUse):
-            return False
-        own, total = self._left(worker)
-        return 0 < own and total // self._connections - own < self._floor() * self._averageSize()
-
-    def _freeBesides(self, mailbox: str | None, inUse: Collection[str]) -> bool:
-        """
-        Whether a mailbox other than C{mailbox}, and not in C{inUse}, has
-        messages left to take.
-        """
-        return any(u.mailbox != mailbox and u.mailbox not in inUse for u in self._units)
-
     def ending(self) -> bool:
         """
         Whether the job has other connections and less than a minimum
-        share (a batch) for each left untaken: its connections then send
-        in smaller batches (L{imapmig.job.sending}), so that what each
-        has in flight is answered, and counted (L{join}), in finer steps
-        while the last shares are sized.
+        share (a batch) for each is left untaken: its connections then
+        send in smaller batches with a narrower window
+        (L{imapmig.job.sending}, L{imapmig.imap.sendqueue.SendQueue.resize}),
+        so that what each still has in flight or queued when the last
+        shares are taken is a few small batches: the two connections'
+        last replies then come within a few of those of each other.
         """
         return self._connections > 1 and self._untaken < self._connections * self._minimumShare
-
-    def _averageSize(self) -> int:
-        """
-        The average size of the messages left to take, at least 1.
-        """
-        return max(1, self._untakenOctets // max(self._untaken, 1))
 
     def take(self, worker: int, current: str | None) -> WorkUnit | None:
         """
@@ -205,10 +142,6 @@ class SharedUnits:
             return None
         if inUse:
             share = self._capped(index, share, inUse)
-            # Cut to its part only when another could take the rest meanwhile:
-            # what is left of its own mailbox alone it takes later anyway.
-            if worker in self._owing and self._freeBesides(units[index].mailbox, inUse):
-                share = self._fair(worker, index, share)
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
         self._untakenOctets -= unit.octets
@@ -246,26 +179,12 @@ class SharedUnits:
         fitting = bisect_right(list(accumulate(m.size for m in chosen.messages[:share])), room)
         return max(1, self._minimumShare // 4, min(share, fitting))
 
-    def _fair(self, worker: int, index: int, share: int) -> int:
-        """
-        C{share}, cut to the messages of the unit at C{index} that bring what C{worker}
-        owes to its part of all that is left (L{_left}, over the job's
-        connections), at least L{_floor}: with what each connection still
-        has to send counted, the last shares end together, whichever
-        connection has a batch more in flight.
-        """
-        own, total = self._left(worker)
-        room = total // self._connections - own
-        sizes = accumulate(m.size for m in self._units[index].messages[:share])
-        return min(share, max(self._floor(), bisect_right(list(sizes), room)))
-
     def leave(self, worker: int) -> None:
         """
         The connection C{worker} takes no more units: its mailbox is free
-        for another, and it owes nothing.
+        for another.
         """
         self._mailboxes.pop(worker, None)
-        self._owing.pop(worker, None)
 
     async def withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
         """
@@ -313,6 +232,5 @@ class SharedUnits:
         """
         self.clear()
         self._mailboxes.clear()
-        self._owing.clear()
         self.limitReached = None
         self._exhausted = False
