@@ -31,6 +31,7 @@ from imapmig.imap.outgoing import (
     chooseLiteralMode,
 )
 from imapmig.imap.pipeline import AppendPipeline, WRITE_GATHER
+from imapmig.imap.sendqueue import NARROW_BATCHES
 
 
 class CountingTransport(StringTransport):
@@ -467,6 +468,36 @@ class BatchGrowthTests(SynchronousTestCase):
         pipeline.sizeBatchesFor(100)
         pipeline.enqueue([message(str(n), b"x") for n in range(6, 10)])
         self.assertEqual(transport.take().count(b" APPEND "), 2)
+
+
+    def test_batchesAtMost(self) -> None:
+        """
+        sizeBatchesFor's C{most} caps the batch, grown or not (the end of a
+        job of several connections), what the pipeline asks for, and the
+        window: two batches (L{NARROW_BATCHES}).
+        """
+        self.assertEqual(NARROW_BATCHES, 2)
+        transport, pipeline, outcomes, client = connect(
+            LiteralMode.PLUS, batchMessages=2, windowMessages=20, batchGrowth=100
+        )
+        self.assertEqual(pipeline.sizeBatchesFor(600, 3), 3)
+        pipeline.pauseProducing()
+        pipeline.enqueue([message(str(n), b"x") for n in range(3)])
+        self.assertFalse(pipeline.hungry().called)
+        pipeline.resumeProducing()
+        self.assertEqual(transport.take().count(b"{1+}"), 3)
+        # Capped at 1, the window holds 2 messages at most.
+        self.assertEqual(pipeline.sizeBatchesFor(100, 1), 1)
+        pipeline.enqueue([message(str(n), b"x") for n in range(3, 8)])
+        self.assertEqual(transport.take(), b"")
+        client.dataReceived(b"0001 OK ok\r\n")
+        self.assertEqual(transport.take().count(b" APPEND "), 2)
+        client.dataReceived(b"0002 OK ok\r\n")
+        self.assertEqual(transport.take().count(b" APPEND "), 1)
+        # Uncapped, the settings' window again: 6 to 15 in batches of 2.
+        self.assertEqual(pipeline.sizeBatchesFor(100), 2)
+        pipeline.enqueue([message(str(n), b"x") for n in range(8, 16)])
+        self.assertEqual(transport.take().count(b" APPEND "), 5)
 
 
 class LiteralMinusTests(SynchronousTestCase):

@@ -983,6 +983,33 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(h.store.summary(JOB)), (40, 0))
         h.finish()
 
+    def test_smallerBatchesAtTheEnd(self) -> None:
+        """
+        With two connections, once less than a batch for each is left
+        untaken (L{SharedUnits.ending}), the connections send batches of a
+        quarter batch at most (here 1 message where a batch is 4), so
+        that each ends with little in flight; one connection sends whole
+        batches to the end.  Every message lands once either way.
+        """
+        appends: list[int] = []
+        for connections in (1, 2):
+            h = JobHarness(self)
+            for index, name in enumerate(["INBOX", "Archive"]):
+                populate(h.source, h.source.addFolder(name), 24, start=100 * index)
+            settings = JobSettings(
+                connections=connections, batchMessages=4, windowMessages=8, unitMessages=24
+            )
+            self.assertTrue(h.run(h.job(settings)))
+            lines = [line for server in h.endpoint.servers for line in appendLines(server)]
+            appends.append(len(lines))
+            h.assertHolds("INBOX", range(24))
+            h.assertHolds("Archive", range(100, 124))
+            self.assertEqual(self.successResultOf(h.store.summary(JOB)), (48, 0))
+            h.finish()
+        # 48 messages in batches of 4: 13 APPENDs alone (one short), 21 on
+        # two connections (16 with whole batches to the end).
+        self.assertEqual(appends, [13, 21])
+
     def test_oneFolderOneConnection(self) -> None:
         """
         A job of one folder with two connections opens one: a second

@@ -178,6 +178,21 @@ class SharingTests(SynchronousTestCase):
         self.assertEqual(taken(units, 1, "A").mailbox, "A")
         self.assertEqual(taken(units, 2, None).mailbox, "B")
 
+    def test_ending(self) -> None:
+        """
+        L{SharedUnits.ending}: with several connections, once less than a
+        minimum share for each is left untaken; never for one connection.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 25)])
+        self.assertFalse(units.ending())
+        # 15 left of 25: less than 2 * 10.
+        taken(units, 1, "A")
+        self.assertTrue(units.ending())
+        alone = SharedUnits(1, 10, RunStop())
+        alone.extend([unit("A", 5)])
+        self.assertFalse(alone.ending())
+
     def test_aloneKeepsItsMailbox(self) -> None:
         """
         A connection alone (no other has a mailbox) keeps to its mailbox

@@ -352,9 +352,9 @@ class AppendPipeline:
         """
         self._mailbox = encodeMailboxName(mailbox)
 
-    def sizeBatchesFor(self, mailboxMessages: int) -> int:
-        """Size batches for a mailbox of C{mailboxMessages}; return their size."""
-        self._pending.resize(batch := self._settings.batchFor(mailboxMessages))
+    def sizeBatchesFor(self, mailboxMessages: int, most: int = sys.maxsize) -> int:
+        """Size batches for a mailbox of C{mailboxMessages}, C{most} at most (SendQueue.resize)."""
+        self._pending.resize(batch := min(most, self._settings.batchFor(mailboxMessages)), most)
         return batch
 
     @property

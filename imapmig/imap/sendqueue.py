@@ -11,6 +11,7 @@ pipeline writes and reads, this decides what goes next.
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from typing import Iterable
 
@@ -20,6 +21,10 @@ from imapmig.imap.outgoing import (
     OutgoingMessage,
     PipelineSettings,
 )
+
+# A narrowed window (SendQueue.resize) holds this many batches: one the
+# server stores while the next is on its way (3 measured no better).
+NARROW_BATCHES = 2
 
 
 def _sizeOf(batch: list[OutgoingMessage]) -> int:
@@ -56,6 +61,8 @@ class SendQueue:
         "_sync",
         "_minus",
         "_batchMessages",
+        "_windowMessages",
+        "_windowBytes",
     )
 
     def __init__(self, settings: PipelineSettings) -> None:
@@ -78,6 +85,8 @@ class SendQueue:
         self._sync = settings.literalMode is LiteralMode.SYNC
         self._minus = settings.literalMode is LiteralMode.MINUS
         self._batchMessages = settings.batchMessages
+        self._windowMessages = settings.windowMessages
+        self._windowBytes = settings.windowBytes
 
     @property
     def empty(self) -> bool:
@@ -97,14 +106,30 @@ class SendQueue:
             and self.queuedBytes < self._lowWaterBytes
         )
 
-    def resize(self, batchMessages: int) -> None:
+    def resize(self, batchMessages: int, most: int = sys.maxsize) -> None:
         """
         Cut batches of at most C{batchMessages} from now on (the batch
         grown with the destination mailbox, L{PipelineSettings.batchFor}),
-        and keep one such batch read ahead.
+        and keep one such batch read ahead.  If that is C{most}, a cap
+        (the end of a job of several connections), the window too holds
+        L{NARROW_BATCHES} such batches at most, in messages and in octets
+        (at the settings' octets a message of a batch): each connection
+        then ends with a few small batches in flight, not the tens of MB
+        the socket buffers hold, and the last replies of the connections
+        come within a small batch's time of each other.
         """
+        narrow = batchMessages == most
+        settings = self._settings
         self._batchMessages = batchMessages
         self._lowWaterMessages = batchMessages
+        self._windowMessages = settings.windowMessages
+        self._windowBytes = settings.windowBytes
+        if narrow:
+            self._windowMessages = min(self._windowMessages, NARROW_BATCHES * batchMessages)
+            self._windowBytes = min(
+                self._windowBytes,
+                NARROW_BATCHES * settings.batchBytes * batchMessages // settings.batchMessages,
+            )
 
     def add(self, messages: Iterable[OutgoingMessage], mailbox: bytes) -> None:
         """
@@ -191,8 +216,8 @@ class SendQueue:
         """
         settings = self._settings
         return (
-            len(batch) <= settings.windowMessages - messagesInFlight
-            and size <= settings.windowBytes - bytesInFlight
+            len(batch) <= self._windowMessages - messagesInFlight
+            and size <= self._windowBytes - bytesInFlight
             and not self._holdsSyncLiteral(batch)
         )
 
@@ -210,7 +235,7 @@ class SendQueue:
         """
         settings = self._settings
         queue, head = self._queue, self._head
-        limit = min(self._batchMessages, settings.windowMessages - messagesInFlight)
+        limit = min(self._batchMessages, self._windowMessages - messagesInFlight)
         if limit <= 0:
             return None
         if not short and self._waitsForMore(messagesInFlight, bytesInFlight, limit):
@@ -218,7 +243,7 @@ class SendQueue:
         batch = queue[head : head + limit]
         # The most octets taken: a first message above them goes alone,
         # when nothing is in flight.
-        limitBytes = min(settings.batchBytes, settings.windowBytes - bytesInFlight)
+        limitBytes = min(settings.batchBytes, self._windowBytes - bytesInFlight)
         cut, size = leadingRun(batch, batch[0].mailbox, limitBytes)
         if not cut:
             if messagesInFlight:

@@ -15,6 +15,7 @@ out.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -59,6 +60,10 @@ from imapmig.sources.imap import IMAPSource
 from imapmig.progress.telemetry import ServerTelemetry
 
 __all__ = ["CopyLoop"]
+
+# Toward the end of a job of several connections (SharedUnits.ending), its
+# batches hold this fraction of the batch at most.
+END_BATCH_DIVISOR = 4
 
 
 def _listed(chunk: Sequence[SourceMessage]) -> int:
@@ -316,7 +321,13 @@ class CopyLoop:
                 self._progress.currentFolder = unit.mailbox
                 connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
             # Batches grow with the mailbox, as Dovecot's cost a command does.
-            batch = connection.pipeline.sizeBatchesFor(connection.target.messages)
+            # Smaller, with a narrower window, toward the end of a job of
+            # several connections (SharedUnits.ending): each then ends with
+            # a few small batches in flight, and the connections together.
+            most = max(1, self._settings.batchMessages // END_BATCH_DIVISOR)
+            batch = connection.pipeline.sizeBatchesFor(
+                connection.target.messages, most if units.ending() else sys.maxsize
+            )
             if batch != connection.batch:
                 connection.batch = batch
                 connection.steps = self._readSteps(connection.pipeline, batch)

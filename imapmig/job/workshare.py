@@ -79,6 +79,18 @@ class SharedUnits:
         self._untaken = sum(len(unit.messages) for unit in self._units)
         self._untakenOctets = sum(unit.octets for unit in self._units)
 
+    def ending(self) -> bool:
+        """
+        Whether the job has other connections and less than a minimum
+        share (a batch) for each is left untaken: its connections then
+        send in smaller batches with a narrower window
+        (L{imapmig.job.sending}, L{imapmig.imap.sendqueue.SendQueue.resize}),
+        so that what each still has in flight or queued when the last
+        shares are taken is a few small batches: the two connections'
+        last replies then come within a few of those of each other.
+        """
+        return self._connections > 1 and self._untaken < self._connections * self._minimumShare
+
     def take(self, worker: int, current: str | None) -> WorkUnit | None:
         """
         The next share a connection takes: of its C{current} mailbox if it
