@@ -343,10 +343,11 @@ def _sentMessage(
     binary: bool,
     target: Target,
     decided: tuple[str | None, bytes, bytes],
+    dated: Callable[[bytes, datetime], bytes] = withInternalDate,
 ) -> SentMessage:
     """
     The L{SentMessage} of C{message}, its C{body} of C{size} octets, with
-    its flags C{decided}.
+    its flags C{decided} (and its date by C{dated}: L{withInternalDate}).
 
     SentMessage(...) with its slots set here, as its __init__ sets them:
     calling a class costs Python 3.11 several times what setting nine
@@ -358,7 +359,7 @@ def _sentMessage(
     sent: SentMessage = _newObject(SentMessage)
     sent.body = body
     sent.arguments = (
-        flagList if internalDate is None else withInternalDate(beforeDate, internalDate)
+        flagList if internalDate is None else dated(beforeDate, internalDate)
     )
     sent.origin = sent.source = message
     sent.mailbox = b""
@@ -411,18 +412,7 @@ def prepareMessagesPython(
         decided = decisions.get(message.flags)
         if decided is None:
             return index
-        note, flagList, beforeDate = decided
-        internalDate = message.internalDate
-        sent: SentMessage = _newObject(SentMessage)
-        sent.body = body
-        sent.arguments = flagList if internalDate is None else dated(beforeDate, internalDate)
-        sent.origin = sent.source = message
-        sent.mailbox = b""
-        sent.binary = needs
-        sent.target = target
-        sent.note = note
-        sent.converted = 1 if size != message.size else 0
-        out.append(sent)
+        out.append(_sentMessage(message, body, size, needs, target, decided, dated))
         index += 1
     return index
 
