@@ -16,7 +16,7 @@ APPEND pipeline's check does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from twisted.internet.defer import Deferred, DeferredList
 from twisted.logger import Logger
@@ -209,22 +209,29 @@ class DestinationPreparation:
         """
         return view.mapped(folders, self._renames, self._recorded)[0]
 
-    async def create(self, folders: Sequence[SourceFolder]) -> MailboxesCreated:
+    async def create(
+        self,
+        folders: Sequence[SourceFolder],
+        selected: Callable[[SourceFolder], bool] = lambda folder: True,
+    ) -> MailboxesCreated:
         """
-        Map C{folders} to mailboxes, create and subscribe what is missing
-        and SELECT each, before their messages are listed: all this needs
-        is the folders.  On a first run every folder with messages has
-        them left to copy, so L{prepare}, given what this returns, sends
+        Map C{folders} to mailboxes, create and subscribe what is missing,
+        and SELECT the mailboxes of the C{selected} folders (for their
+        PERMANENTFLAGS); all this needs is the folders.  The CREATEs, the
+        SUBSCRIBEs and the SELECTs go in one flight: one round trip in all.
+
+        On a first run it is done while the folders' messages are listed
+        (every folder with messages then has them left to copy, so every
+        one is selected), and L{prepare}, given what this returns, sends
         nothing more but the SELECT of a target this did not select.
         """
         view = await DestinationView.read(self._session)
         if self._nameFallback:
             self._recorded = await self._fallback(view).recorded()
         view, mappings = await self._claimUses(view, folders)
-        # The same one flight as L{prepare}'s.
         creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
         selecting = Deferred.fromCoroutine(
-            self._session.selectEach(sorted({m.mailbox for m in mappings}))
+            self._session.selectEach(sorted({m.mailbox for m in mappings if selected(m.folder)}))
         )
         (uncreatable, present), states = await bothOf(creating, selecting)
         return MailboxesCreated(tuple(folders), view, mappings, uncreatable, present, states)
@@ -234,39 +241,25 @@ class DestinationPreparation:
     ) -> PreparedDestination:
         """
         Map the listed folders to mailboxes, create and subscribe what is
-        missing, apply a delta pass's flag changes, SELECT every target and
-        index what it already holds.
+        missing (L{create}), apply a delta pass's flag changes, SELECT every
+        target and index what it already holds.
 
         @param created: what L{create} did for the same folders while they
             were listed; L{None}, or for other folders (one could not be
-            listed), and all of it is done here.
+            listed), and all of it is done here, selecting only the
+            mailboxes of folders with messages left to copy.
         """
-        session = self._session
         sourceFolders = [listing.folder for listing in listings]
-        if created is not None and list(created.folders) == sourceFolders:
-            view, mappings = created.view, created.mappings
-            plans, accounted = await self._planFolders(mappings, listings)
-            names = _targetNames(plans)
-            uncreatable, present = created.uncreatable, created.present
-            states = dict(created.states)
-            unselected = [name for name in names if name not in states]
-            if unselected:
-                states.update(await session.selectEach(unselected))
-        else:
-            view = await DestinationView.read(session)
-            if self._nameFallback:
-                self._recorded = await self._fallback(view).recorded()
-            view, mappings = await self._claimUses(view, sourceFolders)
-            plans, accounted = await self._planFolders(mappings, listings)
-            # The destination folders: created where missing (with their
-            # use where the server can), subscribed as in the source; and
-            # what each target mailbox can store and already holds
-            # (SELECT).  All these commands go in one flight: one round
-            # trip in all.
-            names = _targetNames(plans)
-            creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
-            selecting = Deferred.fromCoroutine(session.selectEach(names))
-            (uncreatable, present), states = await bothOf(creating, selecting)
+        if created is None or list(created.folders) != sourceFolders:
+            pending = {listing.folder.key for listing in listings if listing.pending}
+            created = await self.create(sourceFolders, lambda folder: folder.key in pending)
+        view, uncreatable, present = created.view, created.uncreatable, created.present
+        plans, accounted = await self._planFolders(created.mappings, listings)
+        names = _targetNames(plans)
+        states = dict(created.states)
+        unselected = [name for name in names if name not in states]
+        if unselected:
+            states.update(await self._session.selectEach(unselected))
         if uncreatable and self._nameFallback:
             # What this flight created counts as existing: a fallback that
             # names one of them (Bad*Name to a Bad_Name the source
