@@ -1422,6 +1422,40 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(len(h.mail.mailbox(USER, "INBOX")), 2)
         h.finish()
 
+    def test_droppedWhileCreatingEarly(self) -> None:
+        """
+        A first connection dropped while it creates the mailboxes during
+        the listing fails that attempt only: the job connects again,
+        prepares the destination anew and copies every message once.
+        """
+        h = JobHarness(self)
+        makeServer = h.endpoint._makeServer
+
+        class DroppingAtCreate(FakeIMAPServer):
+            def lineReceived(self, line: bytes) -> None:
+                if line.split(b" ")[1:2] == [b"CREATE"]:
+                    assert self.transport is not None
+                    self.transport.loseConnection()
+                    return
+                super().lineReceived(line)
+
+        def dropFirst(attempt: int) -> FakeIMAPServer | None:
+            if attempt == 0:
+                return DroppingAtCreate(h.mail)
+            return makeServer(attempt)
+
+        h.endpoint._makeServer = dropFirst
+        names = ["INBOX", "Archive"]
+        for n, name in enumerate(names):
+            populate(h.source, h.source.addFolder(name), 2, start=2 * n)
+
+        self.assertTrue(h.run(h.job()))
+
+        self.assertGreaterEqual(h.endpoint.attempts, 2)
+        h.assertHolds("INBOX", range(2))
+        h.assertHolds("Archive", range(2, 4))
+        h.finish()
+
     def test_listedFolderUnreadableAfterCreation(self) -> None:
         """
         A folder that cannot be listed after its mailbox was created early
