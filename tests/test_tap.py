@@ -243,6 +243,8 @@ _NOT_FOR_PLAIN_DAEMON = (
     # instructions of the plain start).
     "imapmig.queue.fleetview",
     "imapmig.schedule.fleet",
+    # What a reload compares (its regular expressions and classes).
+    "imapmig.daemon.reloadplan",
 )
 
 
