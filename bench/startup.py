@@ -245,6 +245,67 @@ def addRunOptions(parser: argparse.ArgumentParser) -> None:
     )
 
 
+Times = dict[tuple[str, str, str], list[tuple[float, float]]]
+"""
+Each run's wall-clock and CPU seconds, by source tree, launcher and
+configuration name.
+"""
+
+
+def measure(configs: dict[str, str], launchers: list[str], trees: list[str], runs: int) -> Times:
+    """
+    Run every configuration of C{configs} with every launcher of
+    C{launchers} from every tree of C{trees}, once unmeasured and then
+    C{runs} times, the trees' runs of each interleaved.
+    """
+    times: Times = {
+        (tree, launcher, name): [] for tree in trees for launcher in launchers for name in configs
+    }
+    for tree, launcher, name in times:
+        runOnce(configs[name], launcher=launcher, tree=tree)
+    for _ in range(runs):
+        for launcher in launchers:
+            for name in configs:
+                for tree in trees:
+                    elapsed, cpu, _, _ = _runOnce(configs[name], (), launcher, tree)
+                    times[tree, launcher, name].append((elapsed, cpu))
+    return times
+
+
+def printTimes(times: Times) -> None:
+    """
+    Print one line of L{measure}'s C{times} per tree, launcher and
+    configuration.
+    """
+    for (tree, launcher, name), samples in times.items():
+        walls = [wall for wall, _ in samples]
+        label = LABELS[launcher] if tree == SOURCE_TREE else f"{LABELS[launcher]} against"
+        print(
+            f"{label:23} {name:11} median {statistics.median(walls):.3f} s"
+            f"  min {min(walls):.3f}  max {max(walls):.3f}"
+            f"  cpu {statistics.median(cpu for _, cpu in samples):.3f}  ({len(walls)} runs)"
+        )
+
+
+def _profile(
+    configPath: str, launcher: str, profile: str | None, importtime: str | None, suffix: str
+) -> None:
+    """
+    C{--profile} and C{--importtime}: one more run of C{configPath} with
+    C{launcher} for each, its output written to the file named plus
+    C{suffix}.
+    """
+    if profile:
+        path = os.path.abspath(profile + suffix)
+        runOnce(configPath, ("-m", "cProfile", "-o", path), launcher)
+        print(f"cProfile statistics ({LAUNCHERS[launcher]}): {path}")
+    if importtime:
+        _, _, stderr = runOnce(configPath, ("-X", "importtime"), launcher)
+        with open(importtime + suffix, "wb") as f:
+            f.write(stderr)
+        print(f"import times ({LAUNCHERS[launcher]}): {importtime + suffix}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """
     Measure; print one line per configuration.  Return the exit status.
@@ -283,36 +344,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         launchers = list(LAUNCHERS) if args.launcher == "both" else [args.launcher]
         trees = [SOURCE_TREE] + ([os.path.abspath(args.against)] if args.against else [])
-        times: dict[tuple[str, str, str], list[tuple[float, float]]] = {
-            (tree, launcher, name): [] for tree in trees for launcher in launchers for name in configs
-        }
-        for tree, launcher, name in times:
-            runOnce(configs[name], launcher=launcher, tree=tree)
-        for _ in range(args.runs):
-            for launcher in launchers:
-                for name in configs:
-                    for tree in trees:
-                        elapsed, cpu, _, _ = _runOnce(configs[name], (), launcher, tree)
-                        times[tree, launcher, name].append((elapsed, cpu))
-        for (tree, launcher, name), samples in times.items():
-            walls = [wall for wall, _ in samples]
-            label = LABELS[launcher] if tree == SOURCE_TREE else f"{LABELS[launcher]} against"
-            print(
-                f"{label:23} {name:11} median {statistics.median(walls):.3f} s"
-                f"  min {min(walls):.3f}  max {max(walls):.3f}"
-                f"  cpu {statistics.median(cpu for _, cpu in samples):.3f}  ({len(walls)} runs)"
-            )
+        printTimes(measure(configs, launchers, trees, args.runs))
         for launcher in launchers:
             suffix = "" if launcher == "twistd" or len(launchers) == 1 else "." + launcher
-            if args.profile:
-                path = os.path.abspath(args.profile + suffix)
-                runOnce(configs["status off"], ("-m", "cProfile", "-o", path), launcher)
-                print(f"cProfile statistics ({LAUNCHERS[launcher]}): {path}")
-            if args.importtime:
-                _, _, stderr = runOnce(configs["status off"], ("-X", "importtime"), launcher)
-                with open(args.importtime + suffix, "wb") as f:
-                    f.write(stderr)
-                print(f"import times ({LAUNCHERS[launcher]}): {args.importtime + suffix}")
+            _profile(configs["status off"], launcher, args.profile, args.importtime, suffix)
     finally:
         dovecot.stop()
         shutil.rmtree(base, ignore_errors=True)
