@@ -6,7 +6,7 @@ imports the rest of itself.
 Opening the state database is mostly waiting for the disk: creating a
 new one syncs its rollback journal, the directory and the file (to turn it
 into WAL mode) and then the write-ahead log and the directory again (the
-schema's transaction), six C{fdatasync} calls of 2-5 ms each on this
+schema's transaction), six C{fdatasync} calls of 0.2-5 ms each on this
 project's test machine, more when other processes write to the same disk;
 opening an existing one writes a transaction (the schema check) and
 starts a new write-ahead log (two).  Meanwhile the daemon's modules are
