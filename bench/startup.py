@@ -2,7 +2,7 @@
 How long the daemon takes to start, run one job with nothing to do and exit.
 
     python bench/startup.py [--runs N] [--launcher twistd|daemon|both]
-                            [--profile FILE] [--importtime FILE]
+                            [--against TREE] [--profile FILE] [--importtime FILE]
 
 Starts a private Dovecot on loopback (L{imapmig.testing.dovecot}), writes
 two configurations with one job each, an empty Maildir into an empty
@@ -22,10 +22,15 @@ in, and prints the median, minimum and maximum wall-clock time from
 C{fork} to exit, one line per launcher and configuration, the twistd
 lines first:
 
-    twistd          status off  median S  min S  max S  (10 runs)
-    imapmig-daemon  status off  median S  min S  max S  (10 runs)
+    twistd          status off  median S  min S  max S  cpu S  (10 runs)
+    imapmig-daemon  status off  median S  min S  max S  cpu S  (10 runs)
 
-C{--launcher} measures one of them only.  Every run must
+(C{cpu}: the median of the process's user and system time.)
+C{--launcher} measures one of them only.  C{--against TREE} runs
+another source tree's imapmig (a checkout, its C extensions built) in
+the same way, each of its runs right after the same run of this tree, and
+prints its lines after this tree's, named C{against}: before and after
+side by side, under the same load.  Every run must
 exit with status 0.  The runs keep their bytecode in a private cache
 (C{PYTHONPYCACHEPREFIX} in the temporary directory, filled by the warm-up
 run), as an installed daemon has it (pip compiles the C{.pyc} files at
@@ -46,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -163,9 +169,9 @@ from source, as with C{PYTHONDONTWRITEBYTECODE=1}).
 """
 
 
-def _environment() -> dict[str, str]:
+def _environment(tree: str = SOURCE_TREE) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = SOURCE_TREE
+    env["PYTHONPATH"] = tree
     env.pop("PYTHONPYCACHEPREFIX", None)
     if _pycachePrefix is None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -175,34 +181,54 @@ def _environment() -> dict[str, str]:
     return env
 
 
+def _childrenCPU() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def runOnce(
-    configPath: str, pythonOptions: tuple[str, ...] = (), launcher: str = "twistd"
+    configPath: str,
+    pythonOptions: tuple[str, ...] = (),
+    launcher: str = "twistd",
+    tree: str = SOURCE_TREE,
 ) -> tuple[float, bytes, bytes]:
     """
-    Run the daemon on C{configPath} once with C{launcher}, its state
-    database removed first.
+    Run the daemon of C{tree} on C{configPath} once with C{launcher}, its
+    state database removed first.
 
     @return: the wall-clock seconds from start to exit, stdout and stderr.
     @raise RuntimeError: the daemon did not exit with status 0.
+    """
+    elapsed, _, stdout, stderr = _runOnce(configPath, pythonOptions, launcher, tree)
+    return elapsed, stdout, stderr
+
+
+def _runOnce(
+    configPath: str, pythonOptions: tuple[str, ...], launcher: str, tree: str
+) -> tuple[float, float, bytes, bytes]:
+    """
+    L{runOnce}, and the CPU seconds the run used (user and system).
     """
     state = os.path.join(os.path.dirname(configPath), "state.sqlite")
     for suffix in ("", "-wal", "-shm", "-journal"):
         if os.path.exists(state + suffix):
             os.remove(state + suffix)
+    cpu = _childrenCPU()
     started = time.perf_counter()
     done = subprocess.run(
         command(configPath, pythonOptions, launcher),
         capture_output=True,
-        env=_environment(),
+        env=_environment(tree),
         cwd=os.path.dirname(configPath),
     )
     elapsed = time.perf_counter() - started
+    cpu = _childrenCPU() - cpu
     if done.returncode != 0:
         raise RuntimeError(
             f"exit status {done.returncode}:\n{done.stdout.decode(errors='replace')}"
             f"{done.stderr.decode(errors='replace')}"
         )
-    return elapsed, done.stdout, done.stderr
+    return elapsed, cpu, done.stdout, done.stderr
 
 
 def addRunOptions(parser: argparse.ArgumentParser) -> None:
@@ -219,12 +245,78 @@ def addRunOptions(parser: argparse.ArgumentParser) -> None:
     )
 
 
+Times = dict[tuple[str, str, str], list[tuple[float, float]]]
+"""
+Each run's wall-clock and CPU seconds, by source tree, launcher and
+configuration name.
+"""
+
+
+def measure(configs: dict[str, str], launchers: list[str], trees: list[str], runs: int) -> Times:
+    """
+    Run every configuration of C{configs} with every launcher of
+    C{launchers} from every tree of C{trees}, once unmeasured and then
+    C{runs} times, the trees' runs of each interleaved.
+    """
+    times: Times = {
+        (tree, launcher, name): [] for tree in trees for launcher in launchers for name in configs
+    }
+    for tree, launcher, name in times:
+        runOnce(configs[name], launcher=launcher, tree=tree)
+    for _ in range(runs):
+        for launcher in launchers:
+            for name in configs:
+                for tree in trees:
+                    elapsed, cpu, _, _ = _runOnce(configs[name], (), launcher, tree)
+                    times[tree, launcher, name].append((elapsed, cpu))
+    return times
+
+
+def printTimes(times: Times) -> None:
+    """
+    Print one line of L{measure}'s C{times} per tree, launcher and
+    configuration.
+    """
+    for (tree, launcher, name), samples in times.items():
+        walls = [wall for wall, _ in samples]
+        label = LABELS[launcher] if tree == SOURCE_TREE else f"{LABELS[launcher]} against"
+        print(
+            f"{label:23} {name:11} median {statistics.median(walls):.3f} s"
+            f"  min {min(walls):.3f}  max {max(walls):.3f}"
+            f"  cpu {statistics.median(cpu for _, cpu in samples):.3f}  ({len(walls)} runs)"
+        )
+
+
+def _profile(
+    configPath: str, launcher: str, profile: str | None, importtime: str | None, suffix: str
+) -> None:
+    """
+    C{--profile} and C{--importtime}: one more run of C{configPath} with
+    C{launcher} for each, its output written to the file named plus
+    C{suffix}.
+    """
+    if profile:
+        path = os.path.abspath(profile + suffix)
+        runOnce(configPath, ("-m", "cProfile", "-o", path), launcher)
+        print(f"cProfile statistics ({LAUNCHERS[launcher]}): {path}")
+    if importtime:
+        _, _, stderr = runOnce(configPath, ("-X", "importtime"), launcher)
+        with open(importtime + suffix, "wb") as f:
+            f.write(stderr)
+        print(f"import times ({LAUNCHERS[launcher]}): {importtime + suffix}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """
     Measure; print one line per configuration.  Return the exit status.
     """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     addRunOptions(parser)
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        help="also run this other source tree's imapmig, interleaved run by run",
+    )
     parser.add_argument("--profile", help="write cProfile statistics of one run here")
     parser.add_argument("--importtime", help="write -X importtime output of one run here")
     parser.add_argument(
@@ -251,30 +343,11 @@ def main(argv: list[str] | None = None) -> int:
             ),
         }
         launchers = list(LAUNCHERS) if args.launcher == "both" else [args.launcher]
-        times: dict[tuple[str, str], list[float]] = {
-            (launcher, name): [] for launcher in launchers for name in configs
-        }
-        for launcher, name in times:
-            runOnce(configs[name], launcher=launcher)
-        for _ in range(args.runs):
-            for launcher, name in times:
-                times[launcher, name].append(runOnce(configs[name], launcher=launcher)[0])
-        for (launcher, name), samples in times.items():
-            print(
-                f"{LABELS[launcher]:15} {name:11} median {statistics.median(samples):.3f} s"
-                f"  min {min(samples):.3f}  max {max(samples):.3f}  ({len(samples)} runs)"
-            )
+        trees = [SOURCE_TREE] + ([os.path.abspath(args.against)] if args.against else [])
+        printTimes(measure(configs, launchers, trees, args.runs))
         for launcher in launchers:
             suffix = "" if launcher == "twistd" or len(launchers) == 1 else "." + launcher
-            if args.profile:
-                path = os.path.abspath(args.profile + suffix)
-                runOnce(configs["status off"], ("-m", "cProfile", "-o", path), launcher)
-                print(f"cProfile statistics ({LAUNCHERS[launcher]}): {path}")
-            if args.importtime:
-                _, _, stderr = runOnce(configs["status off"], ("-X", "importtime"), launcher)
-                with open(args.importtime + suffix, "wb") as f:
-                    f.write(stderr)
-                print(f"import times ({LAUNCHERS[launcher]}): {args.importtime + suffix}")
+            _profile(configs["status off"], launcher, args.profile, args.importtime, suffix)
     finally:
         dovecot.stop()
         shutil.rmtree(base, ignore_errors=True)

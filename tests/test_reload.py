@@ -41,14 +41,12 @@ from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, Wait
 from imapmig.daemon.reload import (
     ConfigReloader,
-    ReloadPlan,
     ReloadTarget,
     applyReload,
     describeReload,
-    planReload,
 )
 from imapmig.daemon.reloadapply import ReloadApplied
-from imapmig.daemon.reloadplan import keptForRestart
+from imapmig.daemon.reloadplan import ReloadPlan, keptForRestart, planReload
 from imapmig.errors import JobListStale
 from imapmig.queue import ListChange, QueueState
 from imapmig.access.secrets import Secret

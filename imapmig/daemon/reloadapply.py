@@ -32,7 +32,7 @@ reload, never half of it.
 
 from __future__ import annotations
 
-from typing import Callable, Collection, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Mapping, Protocol, Sequence
 
 from attrs import frozen
 from twisted.internet.interfaces import IDelayedCall, IReactorTime
@@ -42,11 +42,14 @@ from twisted.python.failure import Failure
 from imapmig.config.model import JobConfig
 from imapmig.mail.folders import FolderRules
 from imapmig.progress import JobState, MigrationProgress
-from imapmig.daemon.reloadplan import ReloadPlan
 from imapmig.schedule.grants import ConnectionGrants
 from imapmig.queue import IAsyncJobQueue, IJobQueue, QueueState
 from imapmig.errors import ImapmigError
 from imapmig.state import JobHold
+
+if TYPE_CHECKING:
+    # Imported by a reload (imapmig.daemon.reload), not by a start.
+    from imapmig.daemon.reloadplan import ReloadPlan
 
 __all__ = [
     "LEAVING_POLL",

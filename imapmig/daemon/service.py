@@ -76,9 +76,7 @@ from imapmig.schedule.grants import ConnectionGrants, IGrant, JobConnections, co
 from imapmig.errors import ConnectionNotGranted
 from imapmig import __version__
 from imapmig.queue import IAsyncJobQueue
-from imapmig.queue.fleetview import IFleetView
 from imapmig.queue.memory import InMemoryJobQueue
-from imapmig.schedule.fleet import FleetScheduler
 from imapmig.schedule.scheduler import JobQueueService, withinLimits
 from imapmig.throttle import DOWNLOAD, UPLOAD, Throttle, ThrottleRegistry
 from imapmig.sources import IMessageSource
@@ -638,6 +636,7 @@ class _ServiceTree:
             )
         else:
             from imapmig.queue._pgschema import SCHEMA_VERSION
+            from imapmig.schedule.fleet import FleetScheduler
             from imapmig.state._pgschema import SCHEMA_VERSION as STATE_SCHEMA_VERSION
 
             reactor = self.reactor
@@ -752,6 +751,8 @@ class _ServiceTree:
 
         from imapmig.daemon.listener import ListenerService
         from imapmig.status.controls import ControlResource
+        from imapmig.queue.fleetview import IFleetView
+        from imapmig.schedule.fleet import FleetScheduler  # a fleet's daemon only
         from imapmig.status.fleet import singleDaemon
         from imapmig.status.health import HealthResource
         from imapmig.status.metrics import buildMetricsResource
@@ -764,7 +765,6 @@ class _ServiceTree:
         differs = None
         if isinstance(scheduler, FleetScheduler):
             from imapmig.daemon.pgstate import fleetView
-
             differs = scheduler.member.listDiffers
             fleet = fleetView(self.store, scheduler.member, self.config, reactor, progress) or fleet
         status = StatusResource(

@@ -435,13 +435,19 @@ def makeService(options: Options) -> IService:
 
     limitHeapGrowth()
     quietStartFailures()
+    from imapmig.daemon.stateopen import openInThread
+
+    # The state database opens (waiting for the disk) while the service's
+    # modules are imported (imapmig.daemon.stateopen).
+    opening = openInThread(options.config.state, reactor.seconds)
 
     from imapmig.daemon.service import buildService
 
     whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
     exitZeroAfterGracefulStop(reactor)
     try:
-        root = buildService(options.config, reactor, whenDone=whenDone)
+        store = None if opening is None else opening.store()
+        root = buildService(options.config, reactor, whenDone=whenDone, store=store)
         # Config.path: the file as given, made absolute.
         installReloadSignal(reactor, root, options.config.path)
     except (ConfigError, PermanentError) as e:

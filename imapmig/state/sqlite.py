@@ -94,6 +94,7 @@ class SQLiteStateStore(
         seconds: Callable[[], float],
         busyTimeout: float = 1.0,
         readOnly: bool = False,
+        anyThread: bool = False,
     ) -> None:
         """
         Open the database at C{path}, creating the file and the schema if
@@ -108,6 +109,11 @@ class SQLiteStateStore(
             the reactor, so it stays short.
         @param readOnly: open an existing file to read it only, beside the
             daemon that owns it: no lock, no upgrade, no write.
+        @param anyThread: the connection may be used from a thread other
+            than the one opening it (C{check_same_thread=False}): the
+            daemon opens its store in a thread of its own while it imports
+            the rest of itself (L{imapmig.daemon.stateopen}), and then uses
+            it from the reactor's thread alone.  Never from two at once.
 
         @raise PermanentError: another daemon holds the lock; the file
             cannot be opened, created or written (read-only, full); it is
@@ -129,7 +135,9 @@ class SQLiteStateStore(
         elif path != ":memory:":
             self._key = fileKey(path)
         try:
-            self._connection: sqlite3.Connection | None = self._connect(busyTimeout, readOnly)
+            self._connection: sqlite3.Connection | None = self._connect(
+                busyTimeout, readOnly, anyThread
+            )
         except BaseException:
             if self._lock is not None:
                 self._lock.release()
@@ -137,7 +145,7 @@ class SQLiteStateStore(
         if self._key is not None:
             connectionOpened(self._key)
 
-    def _connect(self, busyTimeout: float, readOnly: bool) -> sqlite3.Connection:
+    def _connect(self, busyTimeout: float, readOnly: bool, anyThread: bool) -> sqlite3.Connection:
         """
         Open the connection; then, unless C{readOnly}, bring its schema up
         to date and check that it can be written.
@@ -156,7 +164,10 @@ class SQLiteStateStore(
                 )
             else:
                 connection = sqlite3.connect(
-                    self._path, timeout=busyTimeout, isolation_level=None
+                    self._path,
+                    timeout=busyTimeout,
+                    isolation_level=None,
+                    check_same_thread=not anyThread,
                 )
         except sqlite3.Error as e:
             raise self._openError(e) from None
