@@ -53,6 +53,13 @@ class MailboxHolds:
         """
         return {mailbox for mailbox, holder in self._holders.items() if holder != worker}
 
+    def left(self, worker: int) -> set[str]:
+        """
+        The mailboxes C{worker} holds but has moved on from.
+        """
+        selected = self._selected.get(worker)
+        return {m for m, holder in self._holders.items() if holder == worker and m != selected}
+
     def draining(self, mailbox: str) -> bool:
         """
         Whether C{mailbox} is held by a connection that has moved on to
@@ -234,7 +241,8 @@ class SharedUnits:
         margin = None
         if inUse:
             margin = share * self._untakenOctets // (4 * max(self._untaken, 1))
-        index = chooseUnit(units, current, inUse, margin, byOctets=True)
+        avoided = self._avoided(worker, current, inUse)
+        index = chooseUnit(units, current, avoided, margin, byOctets=True)
         if units[index].mailbox in inUse:
             return None
         if inUse:
@@ -247,6 +255,25 @@ class SharedUnits:
             self._exhausted = True
             self._onExhausted()
         return unit
+
+    def _avoided(self, worker: int, current: str | None, inUse: set[str]) -> set[str]:
+        """
+        The mailboxes C{worker} may not move to: those other connections
+        hold (C{inUse}) and, while others are at work and its C{current}
+        mailbox has messages left, those it left with APPENDs there still
+        unanswered.  Moving back and forth between its mailboxes (the
+        margin of L{take} weighs them as free) it held them both: on the
+        realistic corpus, 2 connections, one connection went INBOX,
+        Archive, INBOX, Archive, INBOX while the other, done with its
+        folder, waited 500 ms for either.  Once its own is done, it may
+        take one it left (its own APPENDs, in order on one connection).
+        """
+        if not inUse:
+            return inUse
+        left = self._holds.left(worker)
+        if left and any(unit.mailbox == current for unit in self._units):
+            return inUse | left
+        return inUse
 
     def _capped(self, index: int, share: int, inUse: Collection[str]) -> int:
         """
