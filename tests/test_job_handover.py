@@ -122,8 +122,9 @@ def harness(
     dropAfterAppends: dict[int, int] | None = None,
 ) -> tuple[JobHarness, Watch]:
     """
-    A L{JobHarness} whose servers (by connection, from 0) in C{slow} run
-    each command a second after it arrives, and those in
+    A L{JobHarness} whose servers (by connection attempt, from 0) in
+    C{slow} run each APPEND (and what arrives behind one) a second after
+    it arrives, and those in
     C{dropAfterAppends} drop their connection after that many APPENDs.
     """
     h = JobHarness(test)
