@@ -76,8 +76,9 @@ class SharingTests(SynchronousTestCase):
         A connection whose only work left is a mailbox another connection
         is appending to takes none of it (two connections in one Maildir
         mailbox make Dovecot re-read it for each batch): it has no more
-        work.  Once the other connection has moved to another mailbox, or
-        left, the mailbox is free.
+        work.  Once the other connection has moved to another mailbox and
+        its APPENDs there are answered, or once it has left, the mailbox is
+        free.
         """
         units = SharedUnits(2, 10, RunStop())
         units.extend([unit("A", 100), unit("B", 10, first=100)])
@@ -89,6 +90,7 @@ class SharingTests(SynchronousTestCase):
         # claim goes with it.
         units.extend([unit("C", 200, first=200)])
         self.assertEqual(taken(units, 1, "A").mailbox, "C")
+        units.release(1, "A")
         self.assertEqual(taken(units, 2, "B").mailbox, "A")
         self.assertEqual(taken(units, 1, "C").mailbox, "C")
         units.leave(1)
@@ -111,9 +113,11 @@ class SharingTests(SynchronousTestCase):
         # C, 1's, has 23 left; B, free, 40: more than 23 and the margin
         # by far.  1 moves to B.
         self.assertEqual(taken(units, 1, "C").mailbox, "B")
+        units.release(1, "C")
         # A, 2's, has 18 left; C, free since 1 left it, 23: more than the
         # margin (a quarter of a share of 15: 3 messages).  2 moves to C.
         self.assertEqual(taken(units, 2, "A").mailbox, "C")
+        units.release(2, "A")
         # B, 1's, has 19 left; A, free, 18: 1 keeps to B.
         self.assertEqual(taken(units, 1, "B").mailbox, "B")
         # C has 8 left, A 18: 2 moves to A.
@@ -263,6 +267,127 @@ class SharingTests(SynchronousTestCase):
         self.assertEqual(taken(units, 2, None).mailbox, "A")
 
 
+class HandoverTests(SynchronousTestCase):
+    """
+    A mailbox a connection has moved on from stays its own until every
+    APPEND it sent there is answered (L{SharedUnits.release}) or it leaves
+    (L{MailboxHolds}): no other connection appends there meanwhile, and
+    one that finds nothing else waits for it (L{SharedUnits.waits},
+    L{SharedUnits.released}) rather than leave the job.
+    """
+
+    def moved(self) -> SharedUnits:
+        """
+        Connection 1 took a share of A, then moved to B (more left) with
+        its APPENDs into A unanswered; connection 2 finished C.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 30), unit("C", 10, first=100)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "C")
+        units.extend([unit("B", 100, first=200)])
+        self.assertEqual(taken(units, 1, "A").mailbox, "B")
+        return units
+
+    def test_heldUntilAnswered(self) -> None:
+        """
+        A connection that finds only a mailbox another left with APPENDs
+        in flight there takes none of it and waits; once they are
+        answered, the mailbox is released, the wait ends and it takes it.
+        """
+        units = self.moved()
+        self.assertIsNone(units.take(2, "C"))
+        self.assertTrue(units.waits(2))
+        released = units.released()
+        self.assertNoResult(released)
+        units.release(1, "A")
+        self.successResultOf(released)
+        self.assertEqual(taken(units, 2, "C").mailbox, "A")
+
+    def test_lostReleases(self) -> None:
+        """
+        A connection lost (or stopped) leaves: what it held is released,
+        and a connection waiting for it takes it.
+        """
+        units = self.moved()
+        self.assertIsNone(units.take(2, "C"))
+        released = units.released()
+        units.leave(1)
+        self.successResultOf(released)
+        # Both of 1's are free: 2 takes the one with the most left.
+        self.assertEqual(taken(units, 2, "C").mailbox, "B")
+
+    def test_noHoppingBack(self) -> None:
+        """
+        While other connections are at work and its own mailbox has
+        messages left, a connection does not move back to a mailbox it
+        left with APPENDs there unanswered, however much more that one has
+        left (it would hold both while another waits: realistic corpus, 2
+        connections, one hopped between INBOX and Archive while the other
+        waited 500 ms for either); once its own is done, it takes that one
+        back (its own APPENDs, in order on one connection), not waiting
+        for their replies; the mailbox it left for that one is held in
+        turn.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 200), unit("B", 20, first=500)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
+        units.extend([unit("C", 400, first=1000)])
+        # 1 moves to C, the largest free; A, which it left, soon has more
+        # left than C (145 against 143 and less), but 1 keeps to C.
+        self.assertEqual(taken(units, 1, "A").mailbox, "C")
+        shares = []
+        while any(u.mailbox == "C" for u in units._units):
+            shares.append(taken(units, 1, "C").mailbox)
+        self.assertEqual(set(shares), {"C"})
+        self.assertEqual(taken(units, 1, "C").mailbox, "A")
+        # A is 1's again, not released by its old APPENDs' replies; C, done,
+        # is no reason to wait.
+        units.release(1, "A")
+        self.assertIsNone(units.take(2, "B"))
+        self.assertFalse(units.waits(2))
+
+    def test_selectedIsNotWaitedFor(self) -> None:
+        """
+        What is left only in mailboxes other connections append to now is
+        theirs to the end: a connection does not wait for them.
+        """
+        units = SharedUnits(2, 10, RunStop())
+        units.extend([unit("A", 100), unit("B", 10, first=100)])
+        self.assertEqual(taken(units, 1, None).mailbox, "A")
+        self.assertEqual(taken(units, 2, None).mailbox, "B")
+        self.assertIsNone(units.take(2, "B"))
+        self.assertFalse(units.waits(2))
+
+    def test_releaseOnlyWhatIsHeld(self) -> None:
+        """
+        A release by a connection of a mailbox it does not hold, or of the
+        one it appends to now, changes nothing.
+        """
+        units = self.moved()
+        units.release(2, "A")
+        units.release(1, "B")
+        self.assertIsNone(units.take(2, "C"))
+        self.assertTrue(units.waits(2))
+
+    def test_endsWake(self) -> None:
+        """
+        A wait ends when the units are dropped (the job stops), when a
+        daily limit is reached, and at the next attempt (reset).
+        """
+        units = self.moved()
+        released = units.released()
+        units.clear()
+        self.successResultOf(released)
+        self.assertFalse(units.waits(2))
+        units = self.moved()
+        released = units.released()
+        units.reset()
+        self.successResultOf(released)
+        self.assertEqual(taken(units, 2, None).mailbox if units else None, None)
+
+
 class BudgetTests(SynchronousTestCase):
     """
     L{SharedUnits.withinBudgets}: a unit cut to what today's daily budgets
@@ -339,6 +464,18 @@ class BudgetTests(SynchronousTestCase):
         self.assertIsInstance(units.limitReached, DailyLimitReached)
         self.assertEqual(self.budget.used, 200)
         self.assertEqual(len(taken(units, 1, None).messages), 3)
+
+    def test_limitWakes(self) -> None:
+        """
+        A connection that finds the limit reached wakes those waiting for
+        a mailbox: they take no more either.
+        """
+        self.successResultOf(Deferred.fromCoroutine(self.budget.spend(200)))
+        units = SharedUnits(2, 100, RunStop())
+        units.extend([unit("A", 3)])
+        released = units.released()
+        self.assertIsNone(self.within(units, taken(units, 1, None)))
+        self.successResultOf(released)
 
     def test_stopping(self) -> None:
         """

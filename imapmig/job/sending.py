@@ -1,10 +1,11 @@
-# -*- test-case-name: tests.test_job -*-
+# -*- test-case-name: tests.test_job,tests.test_job_handover -*-
 """
 One destination connection's copy loop.
 
 The connection takes a share of a unit of work at a time
-(L{imapmig.job.workshare}; never of a mailbox another connection is
-appending to), SELECTs its mailbox behind the APPENDs still in flight,
+(L{imapmig.job.workshare}; never of a mailbox another connection holds:
+one it appends to, or one it left whose APPENDs are not all answered yet,
+for which it waits), SELECTs its mailbox behind the APPENDs still in flight,
 journals it before a single octet of it leaves (L{imapmig.job.recording}),
 reads it from the source in steps, the next read while the one before is
 sent (L{imapmig.job.readahead}), waits for the destination's rates,
@@ -19,13 +20,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from twisted.internet.defer import CancelledError
+from twisted.internet.defer import CancelledError, Deferred
 from twisted.internet.interfaces import IReactorTime
 from twisted.internet.task import deferLater
+from twisted.python.failure import Failure
 
 from imapmig.errors import LeaseLost
 from imapmig.imap.appendlimit import messageSizeLimit
-from imapmig.imap.outgoing import OutgoingMessage, SendDeadline
+from imapmig.imap.mailboxname import encodeMailboxName
+from imapmig.imap.outgoing import AppendOutcomes, OutgoingMessage, SendDeadline
 from imapmig.imap.pipeline import AppendPipeline
 from imapmig.imap.session import IMAPSession
 from imapmig.job.attempt import AttemptConnections
@@ -92,6 +95,91 @@ def _sentOf(outgoing: Sequence[OutgoingMessage]) -> int:
     return sum(m.source.size for m in outgoing if isinstance(m, SentMessage))
 
 
+class _MailboxAppends:
+    """
+    The outcomes of one connection's APPEND pipeline, passed on to
+    C{outcomes}, and counted by mailbox: once every message the connection
+    enqueued for a mailbox it has moved on from has its outcome (stored or
+    refused), C{released} is called with that mailbox, which another
+    connection may then take (L{SharedUnits.release}).  A message whose
+    connection is lost never has one: the connection's leaving releases
+    its mailboxes then.
+
+    @ivar unsettled: by mailbox (encoded, as the pipeline stamps it), the
+        messages enqueued without an outcome yet.
+    @ivar current: the mailbox enqueued to now (encoded).
+    @ivar names: the mailboxes' names, by their encoded form.
+    """
+
+    __slots__ = ("outcomes", "released", "unsettled", "current", "names")
+
+    def __init__(self, outcomes: AppendOutcomes, released: Callable[[str], None]) -> None:
+        self.outcomes = outcomes
+        self.released = released
+        self.unsettled: dict[bytes, int] = {}
+        self.current = b""
+        self.names: dict[bytes, str] = {}
+
+    def select(self, mailbox: str) -> None:
+        """
+        What is enqueued from now on goes to C{mailbox}; the mailbox before
+        is released now if nothing sent there awaits its outcome.
+        """
+        before = self.current
+        self.current = encoded = encodeMailboxName(mailbox)
+        self.names[encoded] = mailbox
+        if before and before != encoded and not self.unsettled.get(before):
+            self.released(self.names[before])
+
+    def enqueued(self, count: int) -> None:
+        """
+        C{count} messages are enqueued for the current mailbox.
+        """
+        current = self.current
+        self.unsettled[current] = self.unsettled.get(current, 0) + count
+
+    def messagesAppended(
+        self,
+        messages: Sequence[OutgoingMessage],
+        uidValidity: int | None,
+        uids: Sequence[int] | None,
+    ) -> None:
+        self.outcomes.messagesAppended(messages, uidValidity, uids)
+        if messages:
+            # A command's messages are of one mailbox.
+            self._settled(messages[0].mailbox, len(messages))
+
+    def messageRefused(self, message: OutgoingMessage, reason: str) -> None:
+        self.outcomes.messageRefused(message, reason)
+        self._settled(message.mailbox, 1)
+
+    def _settled(self, mailbox: bytes, count: int) -> None:
+        """
+        C{count} messages of C{mailbox} have their outcome.
+        """
+        left = self.unsettled[mailbox] - count
+        self.unsettled[mailbox] = left
+        if not left and mailbox != self.current:
+            self.released(self.names[mailbox])
+
+
+def _firstOf(first: Deferred[None], second: Deferred[None]) -> Deferred[None]:
+    """
+    Fires (or fails) as the first of C{first} and C{second} does; the
+    other's result, later, is dropped (neither is cancelled: they are
+    waiters their owners fire).
+    """
+    either: Deferred[None] = Deferred()
+
+    def fire(result: None | Failure) -> None:
+        if not either.called:
+            either.callback(result)
+
+    first.addBoth(fire)
+    second.addBoth(fire)
+    return either
+
+
 @dataclass
 class _Connection:
     """
@@ -100,6 +188,7 @@ class _Connection:
     @ivar targets: the mailboxes the attempt appends to.
     @ivar floors: by mailbox, a UID at or below the next one (raised by
         each APPENDUID).
+    @ivar appends: its pipeline's outcomes, counted by mailbox.
     @ivar worker: the connection, as L{SharedUnits} knows it.
     @ivar budgets: what it holds of the daily budgets, or L{None} when
         the job has none.
@@ -119,6 +208,7 @@ class _Connection:
 
     session: IMAPSession
     pipeline: AppendPipeline
+    appends: _MailboxAppends
     targets: dict[str, TargetMailbox]
     floors: dict[str, int]
     worker: int
@@ -239,13 +329,17 @@ class CopyLoop:
         against.
         """
         settings = self._settings
-        outcomes = PipelineOutcomes(self._recorder, floors)
+        units = self._units
+        appends = _MailboxAppends(
+            PipelineOutcomes(self._recorder, floors),
+            lambda mailbox: units.release(id(appends), mailbox),
+        )
         pipeline = session.appendPipeline(
             settings.batchMessages,
             settings.batchBytes,
             settings.windowMessages,
             settings.windowBytes,
-            outcomes,
+            appends,
             telemetry=self._telemetry,
             deadline=self._deadline,
             batchGrowth=settings.batchGrowth,
@@ -263,9 +357,10 @@ class CopyLoop:
         return _Connection(
             session,
             pipeline,
+            appends,
             targets,
             floors,
-            id(outcomes),
+            id(appends),
             budgets,
             rated,
             self._readSteps(pipeline, pipeline.settings.batchMessages),
@@ -303,8 +398,13 @@ class CopyLoop:
         while units and not self._stop.requested and units.limitReached is None:
             taken = units.take(connection.worker, connection.current)
             if taken is None:
-                # What is left is other connections' mailboxes: theirs.
-                break
+                if not units.waits(connection.worker):
+                    # What is left is other connections' mailboxes: theirs.
+                    break
+                # A mailbox another connection left, its APPENDs there not
+                # all answered: free soon.
+                await self._released(connection)
+                continue
             unit = taken
             if connection.budgets is not None:
                 allowed = await units.withinBudgets(unit, connection.budgets)
@@ -317,6 +417,7 @@ class CopyLoop:
                 await connection.pipeline.flushed()
                 connection.session.selectPipelined(unit.mailbox)
                 connection.pipeline.selectMailbox(unit.mailbox)
+                connection.appends.select(unit.mailbox)
                 connection.current = unit.mailbox
                 self._progress.currentFolder = unit.mailbox
                 connection.target = connection.targets.get(unit.mailbox) or TargetMailbox()
@@ -344,6 +445,21 @@ class CopyLoop:
                 return False
             await self._send(connection, unit, ticket)
         return True
+
+    async def _released(self, connection: _Connection) -> None:
+        """
+        Wait until what the connections may take changes (a mailbox is
+        released: L{SharedUnits.released}), or C{connection}'s own
+        pipeline drains or fails (lost, it leaves at once and releases
+        what it holds).  Waiting for its drain also sends at once a short
+        batch held for more: it has nothing more to add meanwhile.
+        """
+        released = self._units.released()
+        pipeline = connection.pipeline
+        if pipeline.idle:
+            await released
+        else:
+            await _firstOf(released, pipeline.drained())
 
     async def _send(self, connection: _Connection, unit: WorkUnit, ticket: JournalTicket) -> None:
         """
@@ -389,6 +505,7 @@ class CopyLoop:
                         budgets.charge(_listed(chunk), _readOf(chunk, bodies), 0)
                     break
                 outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
+                connection.appends.enqueued(len(outgoing))
                 pipeline.enqueue(outgoing)
                 enqueued = True
                 if budgets is not None:

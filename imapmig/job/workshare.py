@@ -3,7 +3,9 @@
 How one attempt's units of work are shared among its connections: which
 unit, or share of one, a connection takes next (L{imapmig.job.units.chooseUnit},
 L{imapmig.job.units.guidedShare}), the part of it today's daily budgets allow,
-and the budget found used up that ends the taking.
+and the budget found used up that ends the taking; which connection holds
+each destination mailbox (L{MailboxHolds}), until every APPEND it sent
+there is answered.
 """
 
 from __future__ import annotations
@@ -12,12 +14,111 @@ from bisect import bisect_right
 from itertools import accumulate
 from typing import Callable, Collection, Iterable
 
+from twisted.internet.defer import Deferred
+
 from imapmig.job.attempt import RunStop
 from imapmig.job.budgets import UnitBudgets
 from imapmig.job.units import WorkUnit, chooseUnit, guidedShare, takeShare
 from imapmig.errors import DailyLimitReached
 
-__all__ = ["SharedUnits"]
+__all__ = ["MailboxHolds", "SharedUnits"]
+
+
+class MailboxHolds:
+    """
+    Which connection holds each destination mailbox: the one that took a
+    share of it, from then until it has moved to another mailbox I{and}
+    every APPEND it sent into this one is answered (L{release}), or until
+    it leaves.  No other connection appends into a mailbox held: its
+    messages then arrive in the order the one connection sent them (the
+    journal's reconciliation matches them in that order), and no two
+    connections take turns at its lock.
+
+    A plain record, no I/O: whoever knows when the APPENDs are answered
+    (L{imapmig.job.sending}) calls L{release}; a connection that finds
+    every mailbox left held waits on L{changed}.
+    """
+
+    def __init__(self) -> None:
+        # By mailbox, the connection holding it; by connection, the one
+        # mailbox it appends to now (a mailbox it holds but has not
+        # selected is one it left, with APPENDs there still unanswered).
+        self._holders: dict[str, int] = {}
+        self._selected: dict[int, str] = {}
+        self._waiting: list[Deferred[None]] = []
+
+    def others(self, worker: int) -> set[str]:
+        """
+        The mailboxes connections other than C{worker} hold.
+        """
+        return {mailbox for mailbox, holder in self._holders.items() if holder != worker}
+
+    def left(self, worker: int) -> set[str]:
+        """
+        The mailboxes C{worker} holds but has moved on from.
+        """
+        selected = self._selected.get(worker)
+        return {m for m, holder in self._holders.items() if holder == worker and m != selected}
+
+    def draining(self, mailbox: str) -> bool:
+        """
+        Whether C{mailbox} is held by a connection that has moved on to
+        another, until its APPENDs there are answered (soon free).
+        """
+        holder = self._holders.get(mailbox)
+        return holder is not None and self._selected.get(holder) != mailbox
+
+    def select(self, worker: int, mailbox: str) -> None:
+        """
+        C{worker} appends into C{mailbox} from now on; it holds it, and
+        still holds the one it appended to before until L{release}.
+        """
+        self._selected[worker] = mailbox
+        self._holders[mailbox] = worker
+
+    def release(self, worker: int, mailbox: str) -> None:
+        """
+        Every APPEND C{worker} sent into C{mailbox}, which it has moved on
+        from, is answered: the mailbox is free for another connection.
+        """
+        if self._holders.get(mailbox) == worker and self._selected.get(worker) != mailbox:
+            del self._holders[mailbox]
+            self.wake()
+
+    def leave(self, worker: int) -> None:
+        """
+        C{worker} takes no more (it is done, stopped or lost): whatever it
+        held is free, its APPENDs answered or never to be.
+        """
+        self._selected.pop(worker, None)
+        for mailbox in [m for m, holder in self._holders.items() if holder == worker]:
+            del self._holders[mailbox]
+        self.wake()
+
+    def changed(self) -> Deferred[None]:
+        """
+        Fires at the next L{release}, L{leave} or L{wake}.
+        """
+        waiter: Deferred[None] = Deferred()
+        self._waiting.append(waiter)
+        return waiter
+
+    def wake(self) -> None:
+        """
+        Fire every L{changed} waiting: what the connections may take has
+        changed (a mailbox freed, the units dropped, a limit reached).
+        """
+        waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            waiter.callback(None)
+
+    def clear(self) -> None:
+        """
+        Forget every hold (the next attempt), waking those waiting.
+        """
+        self._holders.clear()
+        self._selected.clear()
+        self.wake()
 
 
 class SharedUnits:
@@ -38,6 +139,7 @@ class SharedUnits:
         minimumShare: int,
         stop: RunStop,
         onExhausted: Callable[[], object] = lambda: None,
+        holds: MailboxHolds | None = None,
     ) -> None:
         """
         @param connections: the job's connections (L{guidedShare}).
@@ -49,6 +151,8 @@ class SharedUnits:
             other connections hold.  The job records the outcomes buffered
             so far then, while the server stores the last batches, rather
             than all of them after the last reply.
+        @param holds: which connection holds which mailbox; a new record
+            if L{None}.
         """
         self._onExhausted = onExhausted
         self._exhausted = False
@@ -60,9 +164,7 @@ class SharedUnits:
         # octets.
         self._untaken = 0
         self._untakenOctets = 0
-        # By connection, the mailbox it appends to: that of the last share
-        # it took.
-        self._mailboxes: dict[int, str] = {}
+        self._holds = MailboxHolds() if holds is None else holds
         self.limitReached: DailyLimitReached | None = None
 
     def __bool__(self) -> bool:
@@ -99,7 +201,9 @@ class SharedUnits:
         L{chooseUnit}), else of a mailbox no other connection is appending
         to; a fair share of what is left, at least the minimum share
         (L{guidedShare}).  Taking it makes its mailbox the connection's own
-        until it takes one of another mailbox or leaves.
+        (L{MailboxHolds}) until it has taken one of another mailbox and
+        every APPEND it sent into this one is answered (L{release}), or it
+        leaves.
 
         What is left is weighed in octets, and the margin is a quarter of
         the share, at the average size of the messages left, however small
@@ -122,13 +226,13 @@ class SharedUnits:
         @param worker: the connection, as L{leave} knows it.
         @param current: the mailbox it has selected, or L{None}.
         @return: the share, or L{None} when what is left belongs to
-            mailboxes other connections are appending to: the connection
-            has no more work.
+            mailboxes other connections hold: the connection has no more
+            work, unless one of them is soon free (L{waits}).
         """
         units = self._units
         if not units:
             return None
-        inUse = {m for w, m in self._mailboxes.items() if w != worker}
+        inUse = self._holds.others(worker)
         share = guidedShare(self._untaken, self._connections, self._minimumShare)
         # With other connections at work, a connection moves to a free
         # mailbox with a quarter of a share's octets more left than its
@@ -137,7 +241,8 @@ class SharedUnits:
         margin = None
         if inUse:
             margin = share * self._untakenOctets // (4 * max(self._untaken, 1))
-        index = chooseUnit(units, current, inUse, margin, byOctets=True)
+        avoided = self._avoided(worker, current, inUse)
+        index = chooseUnit(units, current, avoided, margin, byOctets=True)
         if units[index].mailbox in inUse:
             return None
         if inUse:
@@ -145,11 +250,30 @@ class SharedUnits:
         unit = takeShare(units, index, share)
         self._untaken -= len(unit.messages)
         self._untakenOctets -= unit.octets
-        self._mailboxes[worker] = unit.mailbox
+        self._holds.select(worker, unit.mailbox)
         if not units and not self._exhausted:
             self._exhausted = True
             self._onExhausted()
         return unit
+
+    def _avoided(self, worker: int, current: str | None, inUse: set[str]) -> set[str]:
+        """
+        The mailboxes C{worker} may not move to: those other connections
+        hold (C{inUse}) and, while others are at work and its C{current}
+        mailbox has messages left, those it left with APPENDs there still
+        unanswered.  Moving back and forth between its mailboxes (the
+        margin of L{take} weighs them as free) it held them both: on the
+        realistic corpus, 2 connections, one connection went INBOX,
+        Archive, INBOX, Archive, INBOX while the other, done with its
+        folder, waited 500 ms for either.  Once its own is done, it may
+        take one it left (its own APPENDs, in order on one connection).
+        """
+        if not inUse:
+            return inUse
+        left = self._holds.left(worker)
+        if left and any(unit.mailbox == current for unit in self._units):
+            return inUse | left
+        return inUse
 
     def _capped(self, index: int, share: int, inUse: Collection[str]) -> int:
         """
@@ -179,12 +303,40 @@ class SharedUnits:
         fitting = bisect_right(list(accumulate(m.size for m in chosen.messages[:share])), room)
         return max(1, self._minimumShare // 4, min(share, fitting))
 
+    def waits(self, worker: int) -> bool:
+        """
+        Whether the connection C{worker}, which found nothing to take,
+        should wait for a mailbox rather than leave: some unit left is of
+        a mailbox another connection moved on from, free once that one's
+        APPENDs there are answered.  (A unit left only in mailboxes other
+        connections append to now is theirs to the end: the connection
+        leaves, as it would have no more work.)
+        """
+        holds = self._holds
+        return any(holds.draining(unit.mailbox) for unit in self._units)
+
+    def released(self) -> Deferred[None]:
+        """
+        Fires once what the connections may take has changed: a mailbox
+        is released, a connection leaves, the units are dropped or a
+        daily limit is reached.  A connection that L{waits} awaits it, and
+        then takes again.
+        """
+        return self._holds.changed()
+
+    def release(self, worker: int, mailbox: str) -> None:
+        """
+        Every APPEND the connection C{worker} sent into C{mailbox}, which
+        it has moved on from, is answered: another connection may take it.
+        """
+        self._holds.release(worker, mailbox)
+
     def leave(self, worker: int) -> None:
         """
-        The connection C{worker} takes no more units: its mailbox is free
-        for another.
+        The connection C{worker} takes no more units (it is done, stopped
+        or lost): the mailboxes it held are free for another.
         """
-        self._mailboxes.pop(worker, None)
+        self._holds.leave(worker)
 
     async def withinBudgets(self, unit: WorkUnit, budgets: UnitBudgets) -> WorkUnit | None:
         """
@@ -213,17 +365,20 @@ class SharedUnits:
         if fitting == 0:
             if not self.stop.requested and self.limitReached is None:
                 self.limitReached = budgets.reached(sizes)
+                self._holds.wake()
             return None
         return WorkUnit(unit.folder, unit.mailbox, unit.messages[:fitting])
 
     def clear(self) -> None:
         """
         Drop the units left: no connection takes another (the job stops,
-        or cannot record what it sends).
+        or cannot record what it sends); a connection waiting for a
+        mailbox wakes to find none.
         """
         self._units.clear()
         self._untaken = 0
         self._untakenOctets = 0
+        self._holds.wake()
 
     def reset(self) -> None:
         """
@@ -231,6 +386,6 @@ class SharedUnits:
         reached: for the next attempt.
         """
         self.clear()
-        self._mailboxes.clear()
+        self._holds.clear()
         self.limitReached = None
         self._exhausted = False
