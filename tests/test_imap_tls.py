@@ -982,6 +982,36 @@ class ReceiverTests(_TLSPairCase):
         pump.flush()
         self.assertEqual(reads.pieces, [data])
 
+    def test_readsOfEverySize(self) -> None:
+        """
+        Records cut anywhere by the reads (a read holding less than a record,
+        one holding a record's end and several more): each read's plaintext
+        reaches the protocol whole and in order, however much of it a record
+        begun in the read before adds (the buffer each read is decrypted
+        into is sized by the read, L{TLSReceiver._plaintextBound}).
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 1200 + b"\x00\r"
+        client, wire = self._wire(reads, data)
+        cuts = [0, 5, 16000, 16500, 16501, 50000, 50100, 120000, len(wire)]
+        for start, end in zip(cuts, cuts[1:]):
+            client.dataReceived(wire[start:end])
+        self.assertEqual(b"".join(reads.pieces), data)
+        self.assertTrue(all(type(piece) is bytes and piece for piece in reads.pieces))
+
+    def test_moreThanTheMost(self) -> None:
+        """
+        A read whose plaintext is more than L{tls.RECEIVE_MOST}: handed on
+        in pieces of that size, in order, the last one shorter.
+        """
+        self.patch(tls, "RECEIVE_MOST", 5000)
+        reads = _Reads()
+        data = bytes(range(256)) * 100
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire)
+        self.assertEqual([len(piece) for piece in reads.pieces], [5000] * 5 + [600])
+        self.assertEqual(b"".join(reads.pieces), data)
+
     def test_closeNotifyAfterData(self) -> None:
         """
         Data and the server's close_notify in one read: the protocol gets

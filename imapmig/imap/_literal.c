@@ -2,7 +2,7 @@
  * imapmig.imap._literal: a FETCH literal read into its final bytes (issue 31).
  *
  * LiteralBuffer(size) -> a writable buffer of size octets
- * LiteralBuffer.take() -> bytes
+ * LiteralBuffer.take([size]) -> bytes
  *
  * The same type as imapmig.imap.literal.LiteralBufferPython, which is the
  * reference and the fallback where this extension was not built (no
@@ -19,7 +19,9 @@
  * only when no view of the storage is left (BufferError otherwise): from
  * then on it is an ordinary immutable bytes object (its hash not yet
  * computed), and the buffer is empty (a view of it fails; take() again
- * fails).
+ * fails).  take(size) keeps only the first size octets: the bytes object
+ * shrinks in place (_PyBytes_Resize, a realloc), which is how TLS's reads of
+ * an unknown amount of plaintext become bytes (imapmig.imap.tls).
  *
  * Before: the octets of a literal were copied once more, from the reads
  * that brought them into bytes of their own (b"".join of the pieces, or
@@ -102,8 +104,23 @@ static PyBufferProcs LiteralBuffer_as_buffer = {
 };
 
 static PyObject *
-LiteralBuffer_take(LiteralBuffer *self, PyObject *Py_UNUSED(ignored))
+LiteralBuffer_take(LiteralBuffer *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    Py_ssize_t size = -1;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "take() takes at most one argument (the octets to keep)");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        size = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+        if (size == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (size < 0) {
+            PyErr_SetString(PyExc_ValueError, "cannot keep fewer than 0 octets");
+            return NULL;
+        }
+    }
     if (self->bytes == NULL) {
         PyErr_SetString(PyExc_ValueError, "the literal was taken already");
         return NULL;
@@ -115,6 +132,16 @@ LiteralBuffer_take(LiteralBuffer *self, PyObject *Py_UNUSED(ignored))
     }
     PyObject *bytes = self->bytes;
     self->bytes = NULL;
+    if (size >= 0 && size < PyBytes_GET_SIZE(bytes)) {
+        /* Only this buffer ever held the bytes object (nobody has seen it):
+         * it can still change size.  Shrinking reallocates in place (glibc's
+         * realloc trims the block; an mmapped one is mremapped), no copy;
+         * size 0 gives the shared empty bytes.  On failure bytes is freed
+         * and NULL returned, with MemoryError set. */
+        if (_PyBytes_Resize(&bytes, size) < 0) {
+            return NULL;
+        }
+    }
     return bytes;
 }
 
@@ -129,10 +156,11 @@ static PySequenceMethods LiteralBuffer_as_sequence = {
 };
 
 static PyMethodDef LiteralBuffer_methods[] = {
-    {"take", (PyCFunction)LiteralBuffer_take, METH_NOARGS,
-     "take() -> bytes\n\n"
+    {"take", (PyCFunction)(void (*)(void))LiteralBuffer_take, METH_FASTCALL,
+     "take(size=None) -> bytes\n\n"
      "The literal's octets as bytes, handed over once, when no view of them is\n"
-     "held (BufferError otherwise); the buffer is empty after."},
+     "held (BufferError otherwise); the buffer is empty after.  With size, only\n"
+     "the first size octets (all of them if it has no more), with no copy."},
     {NULL, NULL, 0, NULL},
 };
 
