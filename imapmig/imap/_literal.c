@@ -32,6 +32,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
+#include <stdint.h>
 
 typedef struct {
     PyObject_HEAD
@@ -179,6 +181,57 @@ static PyTypeObject LiteralBufferType = {
     .tp_methods = LiteralBuffer_methods,
 };
 
+/* readTLS(sslRead, ssl, buffer) -> (octets, last)
+ *
+ * OpenSSL's SSL_read (its address, sslRead, as cffi gives it: the C function
+ * cryptography's bindings call) on the SSL at address ssl, into the writable
+ * buffer, call after call (one TLS record each) while it gives octets and
+ * the buffer has room: octets is what was read, last what the last call
+ * returned (> 0: the buffer is full; <= 0: SSL_get_error says why it
+ * stopped, usually that it wants more input).  What imapmig.imap.tls's
+ * Python loop did with one cffi call (and a pointer object) a record: the
+ * source's records are a few KiB each, about ten a message.  The GIL is
+ * held: OpenSSL only decrypts from a memory BIO here, no system call. */
+static PyObject *
+literal_readTLS(PyObject *module, PyObject *args)
+{
+    unsigned long long readAddress, sslAddress;
+    Py_buffer buffer;
+    if (!PyArg_ParseTuple(args, "KKw*:readTLS", &readAddress, &sslAddress, &buffer)) {
+        return NULL;
+    }
+    if (readAddress == 0 || sslAddress == 0) {
+        PyBuffer_Release(&buffer);
+        PyErr_SetString(PyExc_ValueError, "readTLS needs SSL_read's address and an SSL's");
+        return NULL;
+    }
+    int (*sslRead)(void *, void *, int) = (int (*)(void *, void *, int))(uintptr_t)readAddress;
+    void *ssl = (void *)(uintptr_t)sslAddress;
+    Py_ssize_t total = 0;
+    int last = 1;
+    while (total < buffer.len) {
+        Py_ssize_t wanted = buffer.len - total;
+        if (wanted > INT_MAX) {
+            wanted = INT_MAX;
+        }
+        last = sslRead(ssl, (char *)buffer.buf + total, (int)wanted);
+        if (last <= 0) {
+            break;
+        }
+        total += last;
+    }
+    PyBuffer_Release(&buffer);
+    return Py_BuildValue("(ni)", total, last);
+}
+
+static PyMethodDef literalFunctions[] = {
+    {"readTLS", literal_readTLS, METH_VARARGS,
+     "readTLS(sslRead, ssl, buffer) -> (octets, last)\n\n"
+     "SSL_read (at address sslRead) on the SSL at address ssl into buffer, while it\n"
+     "gives octets and the buffer has room: the octets read and the last call's result."},
+    {NULL, NULL, 0, NULL},
+};
+
 static int
 literalExec(PyObject *module)
 {
@@ -203,7 +256,7 @@ static struct PyModuleDef literalModule = {
     "imapmig.imap._literal",
     "A FETCH literal read into its final bytes, in C.",
     0,
-    NULL,
+    literalFunctions,
     literalSlots,
     NULL,
     NULL,

@@ -60,6 +60,8 @@ __all__ = [
     "handshakeFailure",
     "TLSReceiver",
     "TLSSender",
+    "readTLS",
+    "readTLSPython",
     "streamline",
     "watched",
 ]
@@ -529,11 +531,7 @@ def _decryptedBytes(connection: Any, size: int) -> tuple[bytes, int, Failure | N
         failed (pyOpenSSL's exception, as its C{recv} raises it).
     """
     buffer = LiteralBuffer(size)
-    pointer = _ffi.from_buffer(buffer, require_writable=True)
-    try:
-        octets, failure = _readInto(connection, pointer, size)
-    finally:
-        _ffi.release(pointer)
+    octets, failure = _readInto(connection, buffer)
     return buffer.take(octets), octets, failure
 
 
@@ -542,37 +540,72 @@ def _decryptedInto(connection: Any, space: memoryview) -> tuple[int, Failure | N
     Read into C{space} (a writable view, released here) all the plaintext
     C{connection} can give now, up to its size.
 
-    @return: as L{_decrypted}.
+    @return: as L{_decryptedBytes}, without the C{bytes}.
     """
-    pointer = _ffi.from_buffer(space, require_writable=True)
     try:
-        return _readInto(connection, pointer, len(space))
+        return _readInto(connection, space)
     finally:
-        _ffi.release(pointer)
         space.release()
 
 
-def _readInto(connection: Any, pointer: Any, size: int) -> tuple[int, Failure | None]:
-    """
-    OpenSSL's C{SSL_read} of C{connection} into C{pointer}, up to C{size}
-    octets, as long as it gives some.
+_SSL_READ = int(_ffi.cast("uintptr_t", _ffi.cast("int(*)(SSL *, void *, int)", _lib.SSL_read)))
+"""
+The address of OpenSSL's C{SSL_read} in cryptography's bindings, for
+L{readTLS}.
+"""
 
-    @return: as L{_decrypted}.
+
+def readTLSPython(sslRead: int, ssl: int, buffer: Any) -> tuple[int, int]:
+    """
+    OpenSSL's C{SSL_read} (at address C{sslRead}) on the SSL at address
+    C{ssl} into the writable C{buffer}, call after call (a record each)
+    while it gives octets and the buffer has room: the twin of
+    C{imapmig.imap._literal.readTLS}, and its fallback.
+
+    @return: the octets read, and what the last call returned (more than
+        0: the buffer is full; else C{SSL_get_error} says why it stopped).
+    """
+    read = _ffi.cast("int(*)(SSL *, void *, int)", sslRead)
+    connection = _ffi.cast("SSL *", ssl)
+    pointer = _ffi.from_buffer(buffer, require_writable=True)
+    try:
+        size = len(pointer)
+        total = 0
+        last = 1
+        while total < size:
+            last = read(connection, pointer + total, min(size - total, 2**31 - 1))
+            if last <= 0:
+                break
+            total += last
+        return total, last
+    finally:
+        _ffi.release(pointer)
+
+
+try:
+    from imapmig.imap._literal import readTLS
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    readTLS = readTLSPython
+
+
+def _readInto(connection: Any, buffer: Any) -> tuple[int, Failure | None]:
+    """
+    OpenSSL's C{SSL_read} of C{connection} into the writable C{buffer}, as
+    long as it gives octets and the buffer has room (L{readTLS}: one C loop,
+    not a Python call a record).
+
+    @return: the octets read, and L{None} if OpenSSL wants more input (or
+        the buffer is full), else why reading failed (pyOpenSSL's
+        exception, as its C{recv} raises it).
     """
     ssl = connection._ssl
-    total = 0
-    while total < size:
-        result = _lib.SSL_read(ssl, pointer + total, size - total)
-        if result > 0:
-            total += result
-            continue
-        if _lib.SSL_get_error(ssl, result) == _lib.SSL_ERROR_WANT_READ:
-            return total, None
-        try:
-            connection._raise_ssl_error(ssl, result)
-        except SSL.Error:
-            return total, Failure()
+    total, last = readTLS(_SSL_READ, int(_ffi.cast("uintptr_t", ssl)), buffer)
+    if last > 0 or _lib.SSL_get_error(ssl, last) == _lib.SSL_ERROR_WANT_READ:
         return total, None
+    try:
+        connection._raise_ssl_error(ssl, last)
+    except SSL.Error:
+        return total, Failure()
     return total, None
 
 
