@@ -4,7 +4,7 @@ A diagnostic of the server-to-server part (issue 17, point 6): where the
 wall-clock time of one copy goes, per process.
 
     python -m bench.s2s_probe [--runs N] [--clients imapmig,raw,dsync]
-        [--strace DIR] [CORPUS]
+        [--strace DIR] [--tls MODE] [CORPUS]
 
 Not a benchmark row.  It starts the two private Dovecots as C{--parts s2s}
 does (tmpfs, loopback), loads CORPUS (default C{realistic-5000-seed1})
@@ -22,7 +22,12 @@ kept there.  imapmig runs from this checkout; a client named
 C{imapmig=TREE} runs imapmig from the checkout TREE instead (its working
 directory and C{PYTHONPATH}), so that two trees, before and after a change,
 are compared in one interleaved run: C{--clients
-imapmig=/tmp/base,imapmig=/tmp/new,dsync}.
+imapmig=/tmp/base,imapmig=/tmp/new,dsync}.  With C{--tls implicit} or
+C{--tls starttls} the clients reach the servers over TLS (as the C{tls}
+part's server-to-server rows do; the raw client has no TLS), and each
+server's CPU is also split by process name (C{imap}, C{imap-login}, ...),
+from C{/proc} polled every 50 ms during the run (a process's last 50 ms
+can be missed).
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from typing import Any
 
 from bench.contenders import (
     REPOSITORY,
+    TLS_MODES,
     Invocation,
     SourceAccount,
     _dsync,
@@ -46,7 +53,7 @@ from bench.contenders import (
     imapmigServerToServerConfig,
 )
 from bench.s2s_instructions import _messages, _server, _warm
-from bench.scale_probe import busySeconds, dovecotMaster, treeCPU
+from bench.scale_probe import _TICK, busySeconds, dovecotMaster, treeCPU
 from bench.servers import VARIANTS
 
 
@@ -72,6 +79,60 @@ def _run(argv: list[str], logPath: str, tree: str) -> tuple[int, Any]:
     return status, usage
 
 
+class _Poller(threading.Thread):
+    """
+    The CPU seconds of each process below some Dovecot masters, polled
+    from C{/proc} until stopped: per master, the last figure seen of each
+    process, summed by process name.
+    """
+
+    def __init__(self, masters: list[int]) -> None:
+        super().__init__(daemon=True)
+        self._masters = masters
+        self._seen: list[dict[int, tuple[str, float]]] = [{} for _ in masters]
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.05):
+            stats: dict[int, str] = {}
+            children: dict[int, list[int]] = {}
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        text = f.read()
+                except OSError:
+                    continue
+                stats[int(entry)] = text
+                children.setdefault(int(text.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+            for master, seen in zip(self._masters, self._seen):
+                todo = list(children.get(master, []))
+                while todo:
+                    pid = todo.pop()
+                    todo.extend(children.get(pid, []))
+                    text = stats[pid]
+                    fields = text.rsplit(")", 1)[1].split()
+                    name = text.split("(", 1)[1].rsplit(")", 1)[0]
+                    seen[pid] = (name, sum(int(x) for x in fields[11:13]) / _TICK)
+
+    def stop(self) -> list[dict[str, float]]:
+        self._halt.set()
+        self.join()
+        result: list[dict[str, float]] = []
+        for seen in self._seen:
+            byName: dict[str, float] = {}
+            for name, seconds in seen.values():
+                byName[name] = byName.get(name, 0.0) + seconds
+            result.append(byName)
+        return result
+
+
+def _split(byName: dict[str, float]) -> str:
+    return " ".join(f"{name} {seconds:.2f}" for name, seconds in sorted(byName.items())
+                    if seconds >= 0.01)  # fmt: skip
+
+
 def _argv(client: str, invocation: Invocation) -> list[str]:
     if client.partition("=")[0] == "imapmig":
         return imapmigArgv(imapmigServerToServerConfig(invocation))
@@ -87,6 +148,7 @@ def main() -> None:
     parser.add_argument("--clients", default="imapmig,raw,dsync")
     parser.add_argument("--strace", default=None)
     parser.add_argument("--logs", default=None, help="keep each run's output in this directory")
+    parser.add_argument("--tls", choices=TLS_MODES, default="none")
     args = parser.parse_args()
     clients = args.clients.split(",")
     work = os.path.join(os.path.dirname(os.path.abspath(__file__)), "work")
@@ -104,7 +166,8 @@ def main() -> None:
         expected = _messages(source, full)
         sourceMaster = dovecotMaster(os.path.join(base, "source"))
         destinationMaster = dovecotMaster(os.path.join(base, "destination"))
-        account = SourceAccount(source.host, source.port, full, destination.configPath)
+        account = SourceAccount(source.host, source.port, full, destination.configPath,
+                                tls=args.tls, tlsPort=source.tlsPort, caPath=source.caPath)  # fmt: skip
         plan = [(run, client) for run in range(args.runs) for client in clients]
         if args.strace:
             plan.append((-1, "imapmig"))
@@ -114,6 +177,7 @@ def main() -> None:
             invocation = Invocation(
                 host=destination.host, port=destination.port, user=user, maildir="",
                 runDir=runDir, server=VARIANTS["default"], rawBinary="", source=account,
+                tls=args.tls, tlsPort=destination.tlsPort, caPath=destination.caPath,
             )  # fmt: skip
             argv = _argv(client, invocation)
             if run < 0:
@@ -124,9 +188,12 @@ def main() -> None:
             sourceBefore = treeCPU(sourceMaster)
             destinationBefore = treeCPU(destinationMaster)
             busyBefore = busySeconds()
+            poller = _Poller([sourceMaster, destinationMaster])
+            poller.start()
             started = time.monotonic()
             status, usage = _run(argv, os.path.join(runDir, "log"), treeOf(client))
             wall = time.monotonic() - started
+            sourceSplit, destinationSplit = poller.stop()
             busy = busySeconds() - busyBefore
             sourceCPU = treeCPU(sourceMaster) - sourceBefore
             destinationCPU = treeCPU(destinationMaster) - destinationBefore
@@ -145,6 +212,8 @@ def main() -> None:
                   f"(user {usage.ru_utime:.2f} sys {usage.ru_stime:.2f})  source Dovecot "
                   f"{sourceCPU:.2f}  destination Dovecot {destinationCPU:.2f}  "
                   f"machine busy {busy:.2f} core-s", flush=True)  # fmt: skip
+            print(f"{'':10} source: {_split(sourceSplit)}; destination: "
+                  f"{_split(destinationSplit)}", flush=True)  # fmt: skip
             if args.logs:
                 os.makedirs(args.logs, exist_ok=True)
                 shutil.copy(os.path.join(runDir, "log"),

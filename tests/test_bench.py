@@ -1346,3 +1346,14 @@ class ServerToServerProbeTests(SynchronousTestCase):
         self.assertEqual(treeOf("imapmig=base"), os.path.abspath("base"))
         self.assertEqual(treeOf("imapmig"), REPOSITORY)
         self.assertEqual(treeOf("dsync"), REPOSITORY)
+
+    def test_split(self) -> None:
+        """
+        A server's CPU by process name (C{--tls}'s split): names in order,
+        two decimals, what is below 10 ms left out.
+        """
+        from bench.s2s_probe import _split
+
+        self.assertEqual(_split({"imap-login": 0.456, "imap": 1.2, "auth": 0.004}),
+                         "imap 1.20 imap-login 0.46")  # fmt: skip
+        self.assertEqual(_split({}), "")

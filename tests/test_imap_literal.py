@@ -71,6 +71,39 @@ class LiteralBufferTests(SynchronousTestCase):
                 view[0] = 0x0D
             self.assertEqual(one.take(), b"\r")
 
+    def test_takePart(self) -> None:
+        """
+        C{take(size)}: the first C{size} octets as C{bytes} (8-bit, NUL, a
+        lone CR at the cut), all of them for a size at or past the end or
+        L{None}, C{b""} for 0; the buffer empty after, as with C{take()}.
+        """
+        octets = b"\x00\xff\r\n" * 20000 + b"x\r"
+        for kind in self.kinds:
+            for size in (0, 1, 79999, 80000, 80001, len(octets), len(octets) + 1, None):
+                buffer = kind(len(octets))
+                with memoryview(buffer) as view:
+                    view[:] = octets
+                taken = buffer.take(size)
+                self.assertIs(type(taken), bytes)
+                self.assertEqual(taken, octets[:size])
+                self.assertEqual(hash(taken), hash(octets[:size]))
+                self.assertEqual(len(buffer), 0)
+                self.assertRaises(ValueError, buffer.take, size)
+
+    def test_takePartRefused(self) -> None:
+        """
+        A negative size, or a view still held, is refused and leaves the
+        buffer as it was.
+        """
+        for kind in self.kinds:
+            buffer = kind(10)
+            self.assertRaises(ValueError, buffer.take, -1)
+            view = memoryview(buffer)
+            self.assertRaises(BufferError, buffer.take, 5)
+            view[:] = b"0123456789"
+            view.release()
+            self.assertEqual(buffer.take(5), b"01234")
+
     def test_viewHeld(self) -> None:
         """
         While a view of the buffer is held (a slice of one included), it

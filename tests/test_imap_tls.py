@@ -48,7 +48,7 @@ from imapmig.errors import (
 )
 from imapmig.imap.client import MigrationIMAP4Client
 from imapmig.imap.opening import openSession
-from imapmig.imap import tls
+from imapmig.imap import _literal, tls
 from imapmig.imap.literal import LiteralBuffer
 from imapmig.imap.tls import (
     SEND_CHUNK,
@@ -982,6 +982,36 @@ class ReceiverTests(_TLSPairCase):
         pump.flush()
         self.assertEqual(reads.pieces, [data])
 
+    def test_readsOfEverySize(self) -> None:
+        """
+        Records cut anywhere by the reads (a read holding less than a record,
+        one holding a record's end and several more): each read's plaintext
+        reaches the protocol whole and in order, however much of it a record
+        begun in the read before adds (the buffer each read is decrypted
+        into is sized by the read, L{TLSReceiver._plaintextBound}).
+        """
+        reads = _Reads()
+        data = bytes(range(256)) * 1200 + b"\x00\r"
+        client, wire = self._wire(reads, data)
+        cuts = [0, 5, 16000, 16500, 16501, 50000, 50100, 120000, len(wire)]
+        for start, end in zip(cuts, cuts[1:]):
+            client.dataReceived(wire[start:end])
+        self.assertEqual(b"".join(reads.pieces), data)
+        self.assertTrue(all(type(piece) is bytes and piece for piece in reads.pieces))
+
+    def test_moreThanTheMost(self) -> None:
+        """
+        A read whose plaintext is more than L{tls.RECEIVE_MOST}: handed on
+        in pieces of that size, in order, the last one shorter.
+        """
+        self.patch(tls, "RECEIVE_MOST", 5000)
+        reads = _Reads()
+        data = bytes(range(256)) * 100
+        client, wire = self._wire(reads, data)
+        client.dataReceived(wire)
+        self.assertEqual([len(piece) for piece in reads.pieces], [5000] * 5 + [600])
+        self.assertEqual(b"".join(reads.pieces), data)
+
     def test_closeNotifyAfterData(self) -> None:
         """
         Data and the server's close_notify in one read: the protocol gets
@@ -1204,6 +1234,100 @@ class ConsumeTests(SynchronousTestCase):
         _lib.BIO_write(bio, b"b" * 100000, 100000)
         tls._consume(bio, sentFrom, 4000)
         self.assertEqual(self._unread(bio)[1], b"b" * 100000)
+
+
+def _memoryPair(test: SynchronousTestCase) -> tuple[SSL.Connection, SSL.Connection]:
+    """
+    A TLS server and client on memory BIOs (pyOpenSSL alone), handshake
+    done.
+    """
+    serverCertificate, _ = _certificates(test)
+    serverContext = SSL.Context(SSL.TLS_METHOD)
+    serverContext.use_certificate(serverCertificate.original)
+    serverContext.use_privatekey(serverCertificate.privateKey.original)
+    server = SSL.Connection(serverContext, None)
+    server.set_accept_state()
+    client = SSL.Connection(SSL.Context(SSL.TLS_METHOD), None)
+    client.set_connect_state()
+    for _ in range(10):
+        for one, other in ((client, server), (server, client)):
+            try:
+                one.do_handshake()
+            except SSL.WantReadError:
+                pass
+            wire = _drained(one)
+            if wire:
+                other.bio_write(wire)
+    return server, client
+
+
+class ReadTLSTests(SynchronousTestCase):
+    """
+    C{imapmig.imap._literal.readTLS} and its twin L{tls.readTLSPython}:
+    C{SSL_read} record after record into one buffer, while it gives octets
+    and the buffer has room.
+    """
+
+    kinds: list[Callable[[int, int, Any], tuple[int, int]]] = [tls.readTLSPython, _literal.readTLS]
+
+    def test_built(self) -> None:
+        """
+        The checkout builds the C function, and L{tls} uses it.
+        """
+        self.assertIs(tls.readTLS, _literal.readTLS)
+
+    def _reads(self, kind: Callable[[int, int, Any], tuple[int, int]],
+               plain: bytes, cuts: list[int], sizes: list[int]) -> list[tuple[bytes, bool]]:  # fmt: skip
+        """
+        What C{kind} reads, buffer size after buffer size, from a client fed
+        the records of C{plain} cut at C{cuts}: each read's octets, and
+        whether it stopped because its buffer was full.
+        """
+        server, client = _memoryPair(self)
+        for start in range(0, len(plain), 5000):
+            server.send(plain[start : start + 5000])
+        wire = _drained(server)
+        edges = [0, *cuts, len(wire)]
+        address = int(_ffi.cast("uintptr_t", client._ssl))
+        out: list[tuple[bytes, bool]] = []
+        for start, end in zip(edges, edges[1:]):
+            client.bio_write(wire[start:end])
+            for size in sizes:
+                buffer = LiteralBuffer(size)
+                octets, last = kind(tls._SSL_READ, address, buffer)
+                full = last > 0
+                if not full:
+                    self.assertEqual(_lib.SSL_get_error(client._ssl, last),
+                                     _lib.SSL_ERROR_WANT_READ)  # fmt: skip
+                out.append((buffer.take(octets), full))
+        return out
+
+    def test_sameReads(self) -> None:
+        """
+        Both read the same octets in the same pieces, stopping at a full
+        buffer (with more to read) or when OpenSSL wants input (a record cut
+        mid-header or mid-body, or nothing left), and between them all of
+        it: 8-bit octets, NUL, a lone CR at a record's edge, an empty
+        buffer.
+        """
+        plain = (b"\x00\xff\r" + bytes(range(256)) * 7) * 40
+        cuts = [3, 5000, 5001, 30000, 61000]
+        sizes = [0, 1, 4999, 20000, 1 << 20]
+        results = [self._reads(kind, plain, cuts, sizes) for kind in self.kinds]
+        self.assertEqual(results[0], results[-1])
+        self.assertEqual(b"".join(octets for octets, _ in results[0]), plain)
+        self.assertIn((b"", True), results[0])  # the empty buffer: full at once
+        self.assertTrue(any(full and octets for octets, full in results[0]))
+
+    def test_refused(self) -> None:
+        """
+        A read-only buffer is refused by both before anything is read, and
+        a null address by the C function.
+        """
+        for kind in self.kinds:
+            self.assertRaises((TypeError, BufferError), kind, tls._SSL_READ, 1, b"read-only")
+        self.assertRaises(ValueError, self.kinds[-1], 0, 1, LiteralBuffer(1))
+        self.assertRaises(ValueError, self.kinds[-1], tls._SSL_READ, 0, LiteralBuffer(1))
 
 
 class OtherTransportTests(SynchronousTestCase):

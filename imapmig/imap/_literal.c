@@ -2,7 +2,7 @@
  * imapmig.imap._literal: a FETCH literal read into its final bytes (issue 31).
  *
  * LiteralBuffer(size) -> a writable buffer of size octets
- * LiteralBuffer.take() -> bytes
+ * LiteralBuffer.take([size]) -> bytes
  *
  * The same type as imapmig.imap.literal.LiteralBufferPython, which is the
  * reference and the fallback where this extension was not built (no
@@ -19,7 +19,9 @@
  * only when no view of the storage is left (BufferError otherwise): from
  * then on it is an ordinary immutable bytes object (its hash not yet
  * computed), and the buffer is empty (a view of it fails; take() again
- * fails).
+ * fails).  take(size) keeps only the first size octets: the bytes object
+ * shrinks in place (_PyBytes_Resize, a realloc), which is how TLS's reads of
+ * an unknown amount of plaintext become bytes (imapmig.imap.tls).
  *
  * Before: the octets of a literal were copied once more, from the reads
  * that brought them into bytes of their own (b"".join of the pieces, or
@@ -30,6 +32,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
+#include <stdint.h>
 
 typedef struct {
     PyObject_HEAD
@@ -102,8 +106,23 @@ static PyBufferProcs LiteralBuffer_as_buffer = {
 };
 
 static PyObject *
-LiteralBuffer_take(LiteralBuffer *self, PyObject *Py_UNUSED(ignored))
+LiteralBuffer_take(LiteralBuffer *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    Py_ssize_t size = -1;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "take() takes at most one argument (the octets to keep)");
+        return NULL;
+    }
+    if (nargs == 1 && args[0] != Py_None) {
+        size = PyNumber_AsSsize_t(args[0], PyExc_OverflowError);
+        if (size == -1 && PyErr_Occurred()) {
+            return NULL;
+        }
+        if (size < 0) {
+            PyErr_SetString(PyExc_ValueError, "cannot keep fewer than 0 octets");
+            return NULL;
+        }
+    }
     if (self->bytes == NULL) {
         PyErr_SetString(PyExc_ValueError, "the literal was taken already");
         return NULL;
@@ -115,6 +134,16 @@ LiteralBuffer_take(LiteralBuffer *self, PyObject *Py_UNUSED(ignored))
     }
     PyObject *bytes = self->bytes;
     self->bytes = NULL;
+    if (size >= 0 && size < PyBytes_GET_SIZE(bytes)) {
+        /* Only this buffer ever held the bytes object (nobody has seen it):
+         * it can still change size.  Shrinking reallocates in place (glibc's
+         * realloc trims the block; an mmapped one is mremapped), no copy;
+         * size 0 gives the shared empty bytes.  On failure bytes is freed
+         * and NULL returned, with MemoryError set. */
+        if (_PyBytes_Resize(&bytes, size) < 0) {
+            return NULL;
+        }
+    }
     return bytes;
 }
 
@@ -129,10 +158,11 @@ static PySequenceMethods LiteralBuffer_as_sequence = {
 };
 
 static PyMethodDef LiteralBuffer_methods[] = {
-    {"take", (PyCFunction)LiteralBuffer_take, METH_NOARGS,
-     "take() -> bytes\n\n"
+    {"take", (PyCFunction)(void (*)(void))LiteralBuffer_take, METH_FASTCALL,
+     "take(size=None) -> bytes\n\n"
      "The literal's octets as bytes, handed over once, when no view of them is\n"
-     "held (BufferError otherwise); the buffer is empty after."},
+     "held (BufferError otherwise); the buffer is empty after.  With size, only\n"
+     "the first size octets (all of them if it has no more), with no copy."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -149,6 +179,57 @@ static PyTypeObject LiteralBufferType = {
     .tp_as_buffer = &LiteralBuffer_as_buffer,
     .tp_as_sequence = &LiteralBuffer_as_sequence,
     .tp_methods = LiteralBuffer_methods,
+};
+
+/* readTLS(sslRead, ssl, buffer) -> (octets, last)
+ *
+ * OpenSSL's SSL_read (its address, sslRead, as cffi gives it: the C function
+ * cryptography's bindings call) on the SSL at address ssl, into the writable
+ * buffer, call after call (one TLS record each) while it gives octets and
+ * the buffer has room: octets is what was read, last what the last call
+ * returned (> 0: the buffer is full; <= 0: SSL_get_error says why it
+ * stopped, usually that it wants more input).  What imapmig.imap.tls's
+ * Python loop did with one cffi call (and a pointer object) a record: the
+ * source's records are a few KiB each, about ten a message.  The GIL is
+ * held: OpenSSL only decrypts from a memory BIO here, no system call. */
+static PyObject *
+literal_readTLS(PyObject *module, PyObject *args)
+{
+    unsigned long long readAddress, sslAddress;
+    Py_buffer buffer;
+    if (!PyArg_ParseTuple(args, "KKw*:readTLS", &readAddress, &sslAddress, &buffer)) {
+        return NULL;
+    }
+    if (readAddress == 0 || sslAddress == 0) {
+        PyBuffer_Release(&buffer);
+        PyErr_SetString(PyExc_ValueError, "readTLS needs SSL_read's address and an SSL's");
+        return NULL;
+    }
+    int (*sslRead)(void *, void *, int) = (int (*)(void *, void *, int))(uintptr_t)readAddress;
+    void *ssl = (void *)(uintptr_t)sslAddress;
+    Py_ssize_t total = 0;
+    int last = 1;
+    while (total < buffer.len) {
+        Py_ssize_t wanted = buffer.len - total;
+        if (wanted > INT_MAX) {
+            wanted = INT_MAX;
+        }
+        last = sslRead(ssl, (char *)buffer.buf + total, (int)wanted);
+        if (last <= 0) {
+            break;
+        }
+        total += last;
+    }
+    PyBuffer_Release(&buffer);
+    return Py_BuildValue("(ni)", total, last);
+}
+
+static PyMethodDef literalFunctions[] = {
+    {"readTLS", literal_readTLS, METH_VARARGS,
+     "readTLS(sslRead, ssl, buffer) -> (octets, last)\n\n"
+     "SSL_read (at address sslRead) on the SSL at address ssl into buffer, while it\n"
+     "gives octets and the buffer has room: the octets read and the last call's result."},
+    {NULL, NULL, 0, NULL},
 };
 
 static int
@@ -175,7 +256,7 @@ static struct PyModuleDef literalModule = {
     "imapmig.imap._literal",
     "A FETCH literal read into its final bytes, in C.",
     0,
-    NULL,
+    literalFunctions,
     literalSlots,
     NULL,
     NULL,

@@ -35,17 +35,23 @@ class LiteralBufferPython(bytearray):
             raise ValueError("a literal's size cannot be negative")
         super().__init__(size)
 
-    def take(self) -> bytes:
+    def take(self, size: int | None = None, /) -> bytes:
         """
         The literal's octets as C{bytes}, handed over once.
 
+        @param size: if given, only the first C{size} octets (all of them if
+            it has no more): the C type keeps them without a copy.
+
         @raise BufferError: a view of the buffer is still held (it could
             still be written).
-        @raise ValueError: the literal was taken already.
+        @raise ValueError: the literal was taken already, or C{size} is
+            negative.
         """
         if self._taken:
             raise ValueError("the literal was taken already")
-        octets = bytes(self)
+        if size is not None and size < 0:
+            raise ValueError("cannot keep fewer than 0 octets")
+        octets = bytes(self) if size is None or size >= len(self) else bytes(self[:size])
         # Fails, as the C type's take() does, while a view is held.
         del self[:]
         self._taken = True

@@ -50,6 +50,7 @@ from zope.interface import implementer
 
 from imapmig.errors import ImapmigError, NotTLS, TLSFailed, TLSInterrupted, escapedExcerpt
 from imapmig.imap.gather import Piece, idle, sendNow
+from imapmig.imap.literal import LiteralBuffer
 
 __all__ = [
     "HandshakeClosed",
@@ -59,6 +60,8 @@ __all__ = [
     "handshakeFailure",
     "TLSReceiver",
     "TLSSender",
+    "readTLS",
+    "readTLSPython",
     "streamline",
     "watched",
 ]
@@ -68,30 +71,6 @@ RECORD_PAYLOAD = 2**14
 The most plaintext one TLS record holds, which Twisted's TLS transport hands
 OpenSSL at a time: a piece at least this long is written unjoined.
 """
-
-
-class _Scratch:
-    """
-    A buffer OpenSSL reads or writes into, grown as needed and shared by
-    every connection of the process (the reactor runs one at a time, and
-    each empties it before it returns): 10,000 connections do not hold
-    10,000 buffers.
-    """
-
-    def __init__(self, octets: int) -> None:
-        self.buffer = bytearray()
-        self.view = memoryview(self.buffer)
-        self.pointer: Any = None
-        self.reserve(octets)
-
-    def reserve(self, octets: int) -> None:
-        """
-        Make the buffer hold at least C{octets}.
-        """
-        if len(self.buffer) < octets:
-            self.buffer = bytearray(octets)
-            self.view = memoryview(self.buffer)
-            self.pointer = _ffi.from_buffer(self.buffer)
 
 
 _UNREAD = _ffi.new("char **")
@@ -107,11 +86,18 @@ The most L{TLSSender.flush} sends from OpenSSL's memory BIO at a time: a
 message of many megabytes leaves in chunks of this size.
 """
 
-_RECEIVING = _Scratch(2**18)
+RECEIVE_MOST = 2**18
 """
-What L{TLSReceiver} reads plaintext into: the most one read of Twisted's
-TCP transport brings, decrypted (a source connection's reads are of
-L{imapmig.sources.imappool.SOURCE_READ_BYTES}).
+The most plaintext L{TLSReceiver} hands the protocol at a time: the most
+one read of Twisted's TCP transport brings, decrypted (a source
+connection's reads are of L{imapmig.sources.imappool.SOURCE_READ_BYTES}).
+"""
+
+_RECORD_MOST = RECORD_PAYLOAD + 256
+"""
+The most plaintext one record carries (TLS 1.3's padding and type octet
+aside, the same in TLS 1.2): a bound on what a record begun in the read
+before adds to the next one's plaintext.
 """
 
 HEAD_OCTETS = 81
@@ -474,6 +460,18 @@ class TLSReceiver:
         connection._into_ssl = bio
         self._held = (data, pointer)
 
+    def _plaintextBound(self) -> int:
+        """
+        The most plaintext the read held (L{_readFrom}) can give: its own
+        octets, and a record OpenSSL's record layer kept the start of from
+        the read before (each record's plaintext is shorter than the record),
+        at most L{RECEIVE_MOST}.  Only a bound: reading continues while a
+        buffer of this size fills.
+        """
+        held = self._held
+        size = len(held[0]) + _RECORD_MOST if held is not None else RECEIVE_MOST
+        return min(size, RECEIVE_MOST)
+
     def receive(self) -> None:
         """
         Hand the protocol the plaintext OpenSSL can give now, then send
@@ -503,10 +501,10 @@ class TLSReceiver:
                 if octets and not protocol._aborted:
                     wrapped.literalFilled(octets)
             else:
-                wanted = len(_RECEIVING.buffer)
-                octets, failure = _decrypted(connection, wanted)
+                wanted = self._plaintextBound()
+                received, octets, failure = _decryptedBytes(connection, wanted)
                 if octets and not protocol._aborted:
-                    ProtocolWrapper.dataReceived(protocol, _RECEIVING.view[:octets].tobytes())
+                    ProtocolWrapper.dataReceived(protocol, received)
             if failure is None:
                 if octets < wanted:
                     break
@@ -520,16 +518,21 @@ class TLSReceiver:
         protocol._flushSendBIO()
 
 
-def _decrypted(connection: Any, size: int) -> tuple[int, Failure | None]:
+def _decryptedBytes(connection: Any, size: int) -> tuple[bytes, int, Failure | None]:
     """
-    Read into L{_RECEIVING} all the plaintext C{connection} can give now,
-    up to C{size} octets (at most the buffer's size).
+    Read all the plaintext C{connection} can give now, up to C{size}
+    octets, into the C{bytes} it is handed on as: OpenSSL decrypts into the
+    storage of a fresh C{bytes} object (L{LiteralBuffer}), which is then
+    cut to what was read, in place (C{take(octets)}): no shared buffer to
+    copy out of.
 
-    @return: the octets read, and L{None} if OpenSSL wants more input (or
-        C{size} were read), else why reading failed (pyOpenSSL's
-        exception, as its C{recv} raises it).
+    @return: the C{bytes} read, how many octets they are, and L{None} if
+        OpenSSL wants more input (or C{size} were read), else why reading
+        failed (pyOpenSSL's exception, as its C{recv} raises it).
     """
-    return _readInto(connection, _RECEIVING.pointer, size)
+    buffer = LiteralBuffer(size)
+    octets, failure = _readInto(connection, buffer)
+    return buffer.take(octets), octets, failure
 
 
 def _decryptedInto(connection: Any, space: memoryview) -> tuple[int, Failure | None]:
@@ -537,37 +540,72 @@ def _decryptedInto(connection: Any, space: memoryview) -> tuple[int, Failure | N
     Read into C{space} (a writable view, released here) all the plaintext
     C{connection} can give now, up to its size.
 
-    @return: as L{_decrypted}.
+    @return: as L{_decryptedBytes}, without the C{bytes}.
     """
-    pointer = _ffi.from_buffer(space, require_writable=True)
     try:
-        return _readInto(connection, pointer, len(space))
+        return _readInto(connection, space)
     finally:
-        _ffi.release(pointer)
         space.release()
 
 
-def _readInto(connection: Any, pointer: Any, size: int) -> tuple[int, Failure | None]:
-    """
-    OpenSSL's C{SSL_read} of C{connection} into C{pointer}, up to C{size}
-    octets, as long as it gives some.
+_SSL_READ = int(_ffi.cast("uintptr_t", _ffi.cast("int(*)(SSL *, void *, int)", _lib.SSL_read)))
+"""
+The address of OpenSSL's C{SSL_read} in cryptography's bindings, for
+L{readTLS}.
+"""
 
-    @return: as L{_decrypted}.
+
+def readTLSPython(sslRead: int, ssl: int, buffer: Any) -> tuple[int, int]:
+    """
+    OpenSSL's C{SSL_read} (at address C{sslRead}) on the SSL at address
+    C{ssl} into the writable C{buffer}, call after call (a record each)
+    while it gives octets and the buffer has room: the twin of
+    C{imapmig.imap._literal.readTLS}, and its fallback.
+
+    @return: the octets read, and what the last call returned (more than
+        0: the buffer is full; else C{SSL_get_error} says why it stopped).
+    """
+    read = _ffi.cast("int(*)(SSL *, void *, int)", sslRead)
+    connection = _ffi.cast("SSL *", ssl)
+    pointer = _ffi.from_buffer(buffer, require_writable=True)
+    try:
+        size = len(pointer)
+        total = 0
+        last = 1
+        while total < size:
+            last = read(connection, pointer + total, min(size - total, 2**31 - 1))
+            if last <= 0:
+                break
+            total += last
+        return total, last
+    finally:
+        _ffi.release(pointer)
+
+
+try:
+    from imapmig.imap._literal import readTLS
+except ImportError:  # pragma: no cover (the extension is built in the checkout)
+    readTLS = readTLSPython
+
+
+def _readInto(connection: Any, buffer: Any) -> tuple[int, Failure | None]:
+    """
+    OpenSSL's C{SSL_read} of C{connection} into the writable C{buffer}, as
+    long as it gives octets and the buffer has room (L{readTLS}: one C loop,
+    not a Python call a record).
+
+    @return: the octets read, and L{None} if OpenSSL wants more input (or
+        the buffer is full), else why reading failed (pyOpenSSL's
+        exception, as its C{recv} raises it).
     """
     ssl = connection._ssl
-    total = 0
-    while total < size:
-        result = _lib.SSL_read(ssl, pointer + total, size - total)
-        if result > 0:
-            total += result
-            continue
-        if _lib.SSL_get_error(ssl, result) == _lib.SSL_ERROR_WANT_READ:
-            return total, None
-        try:
-            connection._raise_ssl_error(ssl, result)
-        except SSL.Error:
-            return total, Failure()
+    total, last = readTLS(_SSL_READ, int(_ffi.cast("uintptr_t", ssl)), buffer)
+    if last > 0 or _lib.SSL_get_error(ssl, last) == _lib.SSL_ERROR_WANT_READ:
         return total, None
+    try:
+        connection._raise_ssl_error(ssl, last)
+    except SSL.Error:
+        return total, Failure()
     return total, None
 
 
