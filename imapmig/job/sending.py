@@ -395,6 +395,12 @@ class CopyLoop:
                     budgets.charge(_listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing))
                 hungry = pipeline.hungry()
                 if hungry.called:
+                    # Twice: a call made during the reactor's I/O runs at
+                    # its next timed calls, before it polls again; the
+                    # second is after a poll, which writes what the
+                    # transport holds (the first step's APPEND behind a
+                    # SELECT) before the next step is read.
+                    await deferLater(self._clock, 0)
                     await deferLater(self._clock, 0)
                 await hungry
         finally:
