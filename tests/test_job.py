@@ -1744,20 +1744,29 @@ class MigrationJobTests(SynchronousTestCase):
         C{recordEvery}, and a tagged reply's outcomes are buffered together
         (so a batch holds fewer than C{recordEvery} plus a MULTIAPPEND
         batch's messages).  Those buffered when the last share is taken
-        are written then, and the rest after the last reply.
+        are written then, and from then on a tenth of C{recordEvery} or
+        more at a time (here, a reply's): what is left to write after the
+        last reply is that reply's outcomes alone.
         """
         h = JobHarness(self)
-        populate(h.source, h.source.addFolder("INBOX"), 10)
+        populate(h.source, h.source.addFolder("INBOX"), 30)
+        settings = JobSettings(
+            connections=1, batchMessages=2, windowMessages=4, recordEvery=6, unitMessages=6
+        )
 
-        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=2, recordEvery=3))))
+        self.assertTrue(h.run(h.job(settings)))
 
         sizes = [len(batch) for batch in h.store.batches]
-        self.assertEqual(sum(sizes), 10)
-        # All of recordEvery or more but the last and the one written
-        # when the last share was taken.
-        self.assertLessEqual(len([size for size in sizes[:-1] if size not in (3, 4)]), 1)
-        self.assertLessEqual(len(sizes), 5)
-        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (10, 0))
+        self.assertEqual(sum(sizes), 30)
+        # recordEvery (6) or one reply more at a time until the last share
+        # is taken; then what was buffered (less than recordEvery); then
+        # one reply's (2, the batch) at most each.
+        ending = next(i for i, size in enumerate(sizes) if size < 6)
+        self.assertGreaterEqual(ending, 2)
+        self.assertTrue(all(6 <= size <= 7 for size in sizes[:ending]))
+        self.assertTrue(all(size <= 2 for size in sizes[ending + 1 :]))
+        self.assertLessEqual(sizes[-1], 2)
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (30, 0))
         h.finish()
 
     def test_recordedAfterInterval(self) -> None:
