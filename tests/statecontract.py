@@ -195,6 +195,16 @@ class OutcomeJournalContract(_MixinBase):
         )
         self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1", "2"})
 
+    def test_checkpoint(self) -> None:
+        """
+        L{IStateStore.checkpoint} fires with L{None}, and what was recorded
+        before is still there after.
+        """
+        store = self.makeStore()
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "1", uid=1)]))
+        self.assertIsNone(self.successResultOf(store.checkpoint()))
+        self.assertEqual(self.successResultOf(store.appendedKeys("job", "INBOX")), {"1"})
+
     def test_emptyBatch(self) -> None:
         """
         Recording no outcomes succeeds and records nothing.

@@ -81,11 +81,11 @@ class MemorySource:
         self.held: list[tuple[Deferred[Sequence[MessageBody]], list[MessageBody]]] = []
         self.heldListings: dict[str, Deferred[None]] = {}
 
-    def addFolder(self, *path: str) -> SourceFolder:
+    def addFolder(self, *path: str, use: str | None = None) -> SourceFolder:
         """
-        Add a folder (parents are not implied).
+        Add a folder (parents are not implied), of special use C{use}.
         """
-        folder = SourceFolder(tuple(path), "/".join(path))
+        folder = SourceFolder(tuple(path), "/".join(path), use)
         self._folders.append(folder)
         self._messages[folder.key] = []
         return folder
@@ -1060,6 +1060,87 @@ class MigrationJobTests(SynchronousTestCase):
         self.assertEqual(len(appendLines(h.endpoint.servers[0])), 4)
         h.finish()
 
+    def test_claimsInTheFlight(self) -> None:
+        """
+        A folder with a use the destination lacks has its mailbox created
+        first, and the destination listed again right behind (the server
+        may give the mailbox the use): in the same flight go the CREATEs of
+        the folders without a use, and after the LIST the SELECTs of every
+        target: one round trip in all.
+        """
+        h = JobHarness(self)
+        # The server gives "Sent" its use when it is created.
+        h.mail.specialUse["Sent"] = "\\Sent"
+        populate(h.source, h.source.addFolder("INBOX"), 2)
+        populate(h.source, h.source.addFolder("Sent", use="\\Sent"), 2, start=2)
+        populate(h.source, h.source.addFolder("Lists"), 2, start=4)
+
+        self.assertTrue(h.run(h.job()))
+
+        flights = h.endpoint.flights(0)
+        flight = next(f for f in flights if any(b" CREATE " in line for line in f))
+        commands = [line.split(b" ", 1)[1] for line in flight]
+        self.assertEqual(
+            sorted(commands),
+            [
+                b'CREATE "Lists"',
+                b'CREATE "Sent"',
+                b'LIST "" "*"',
+                b'SELECT "INBOX"',
+                b'SELECT "Lists"',
+                b'SELECT "Sent"',
+                b'SUBSCRIBE "INBOX"',
+                b'SUBSCRIBE "Lists"',
+                b'SUBSCRIBE "Sent"',
+            ],
+        )
+        # The claim first; each mailbox created before it is listed or
+        # selected.
+        self.assertEqual(commands[0], b'CREATE "Sent"')
+        self.assertLess(commands.index(b'CREATE "Lists"'), commands.index(b'LIST "" "*"'))
+        self.assertLess(commands.index(b'CREATE "Lists"'), commands.index(b'SELECT "INBOX"'))
+        later = flights[flights.index(flight) + 1 :]
+        self.assertFalse([line for f in later for line in f if b" CREATE " in line])
+        self.assertEqual(sorted(h.mail.mailboxes(USER)), ["INBOX", "Lists", "Sent"])
+        self.assertEqual(
+            [len(h.mail.mailbox(USER, name)) for name in ["INBOX", "Lists", "Sent"]], [2, 2, 2]
+        )
+        h.finish()
+
+    def test_claimedUseShared(self) -> None:
+        """
+        A second folder of a use claimed in the flight is mapped once the
+        destination shows where the use went: the first goes to the
+        mailbox of the use, the second keeps a mailbox of its own, created
+        (without the use) and selected right after.
+        """
+        h = JobHarness(self)
+        h.mail.specialUse["Sent"] = "\\Sent"
+        populate(h.source, h.source.addFolder("INBOX"), 1)
+        populate(h.source, h.source.addFolder("Sent", use="\\Sent"), 2, start=1)
+        populate(h.source, h.source.addFolder("Sent Items", use="\\Sent"), 3, start=3)
+
+        self.assertTrue(h.run(h.job()))
+
+        creates = [
+            [line.split(b" ", 1)[1] for line in f if b" CREATE " in line]
+            for f in h.endpoint.flights(0)
+        ]
+        self.assertEqual(
+            [c for c in creates if c], [[b'CREATE "Sent"'], [b'CREATE "Sent Items"']]
+        )
+        received = h.endpoint.servers[0].received
+        self.assertLess(
+            received.index(next(line for line in received if line.endswith(b'CREATE "Sent Items"'))),
+            received.index(next(line for line in received if line.endswith(b'SELECT "Sent Items"'))),
+        )
+        self.assertEqual(h.mail.mailboxes(USER), ["INBOX", "Sent", "Sent Items"])
+        self.assertEqual(
+            [len(h.mail.mailbox(USER, name)) for name in ["INBOX", "Sent", "Sent Items"]],
+            [1, 2, 3],
+        )
+        h.finish()
+
     def test_uncreatableMailboxInTheFlight(self) -> None:
         """
         With C{folderNameFallback} off, a mailbox the server refuses to
@@ -1744,20 +1825,29 @@ class MigrationJobTests(SynchronousTestCase):
         C{recordEvery}, and a tagged reply's outcomes are buffered together
         (so a batch holds fewer than C{recordEvery} plus a MULTIAPPEND
         batch's messages).  Those buffered when the last share is taken
-        are written then, and the rest after the last reply.
+        are written then, and from then on a tenth of C{recordEvery} or
+        more at a time (here, a reply's): what is left to write after the
+        last reply is that reply's outcomes alone.
         """
         h = JobHarness(self)
-        populate(h.source, h.source.addFolder("INBOX"), 10)
+        populate(h.source, h.source.addFolder("INBOX"), 30)
+        settings = JobSettings(
+            connections=1, batchMessages=2, windowMessages=4, recordEvery=6, unitMessages=6
+        )
 
-        self.assertTrue(h.run(h.job(JobSettings(connections=1, batchMessages=2, recordEvery=3))))
+        self.assertTrue(h.run(h.job(settings)))
 
         sizes = [len(batch) for batch in h.store.batches]
-        self.assertEqual(sum(sizes), 10)
-        # All of recordEvery or more but the last and the one written
-        # when the last share was taken.
-        self.assertLessEqual(len([size for size in sizes[:-1] if size not in (3, 4)]), 1)
-        self.assertLessEqual(len(sizes), 5)
-        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (10, 0))
+        self.assertEqual(sum(sizes), 30)
+        # recordEvery (6) or one reply more at a time until the last share
+        # is taken; then what was buffered (less than recordEvery); then
+        # one reply's (2, the batch) at most each.
+        ending = next(i for i, size in enumerate(sizes) if size < 6)
+        self.assertGreaterEqual(ending, 2)
+        self.assertTrue(all(6 <= size <= 7 for size in sizes[:ending]))
+        self.assertTrue(all(size <= 2 for size in sizes[ending + 1 :]))
+        self.assertLessEqual(sizes[-1], 2)
+        self.assertEqual(self.successResultOf(h.store.summary(JOB)), (30, 0))
         h.finish()
 
     def test_recordedAfterInterval(self) -> None:

@@ -214,6 +214,61 @@ class PipelineOutcomesTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(self.store.journal(JOB)), [])
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_ending(self) -> None:
+        """
+        Once the attempt's last share is taken (L{OutcomeRecorder.ending}),
+        what is buffered is recorded at once and the store checkpointed;
+        from then on outcomes are recorded once a tenth of C{recordEvery}
+        is buffered, until the next attempt starts
+        (L{OutcomeRecorder.startAttempt}).
+        """
+        self.recorder = OutcomeRecorder(
+            JOB, self.store, self.progress, self.clock, recordEvery=20, recordInterval=5.0
+        )
+        self.outcomes = PipelineOutcomes(self.recorder, self.floors)
+        keys = [str(n) for n in range(9)]
+        ticket = journaled(self.recorder, self, *keys)
+        target = Target("F", "Box", ticket)
+        written: list[int] = []
+        checkpoints: list[None] = []
+        record, checkpoint = self.store.recordOutcomes, self.store.checkpoint
+
+        def counting(job, outcomes, settled=()):  # type: ignore[no-untyped-def]
+            written.append(len(flatOutcomes(outcomes)))
+            return record(job, outcomes, settled)
+
+        def counted() -> Deferred[None]:
+            checkpoints.append(None)
+            return checkpoint()
+
+        self.store.recordOutcomes = counting  # type: ignore[method-assign]
+        self.store.checkpoint = counted  # type: ignore[method-assign]
+
+        def reply(*sent: str) -> None:
+            self.outcomes.messagesAppended(
+                [outgoing(target, key, b"0123456789") for key in sent], 7, [1] * len(sent)
+            )
+
+        reply("0")
+        self.assertEqual((written, checkpoints), ([], []))
+        self.assertIsNone(self.successResultOf(self.recorder.ending()))
+        self.assertEqual((written, checkpoints), ([1], [None]))
+        # A tenth of recordEvery: 2.
+        reply("1")
+        self.assertEqual(written, [1])
+        reply("2", "3")
+        self.assertEqual(written, [1, 3])
+        reply("4", "5")
+        self.assertEqual(written, [1, 3, 2])
+        self.recorder.startAttempt()
+        reply("6", "7")
+        self.assertEqual(written, [1, 3, 2])
+        reply("8")
+        self.successResultOf(self.recorder.flush())
+        self.assertEqual(written, [1, 3, 2, 3])
+        self.assertEqual(self.successResultOf(self.store.summary(JOB)), (9, 0))
+        self.assertEqual(self.successResultOf(self.store.journal(JOB)), [])
+
     def test_stoppedBetweenBatches(self) -> None:
         """
         A process that stops after one batch of a unit's outcomes was

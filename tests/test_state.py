@@ -184,6 +184,40 @@ class SQLiteStateStoreTests(SynchronousTestCase):
         self.assertEqual(self.successResultOf(reopened.appendedKeys("job", "INBOX")), {"1"})
         self.assertEqual(self.successResultOf(reopened.failures("job")), [failed("INBOX", "2")])
 
+    def test_checkpoint(self) -> None:
+        """
+        L{SQLiteStateStore.checkpoint} copies the write-ahead log into the
+        database file: the file alone, without its log, then holds what
+        was recorded.  A closed store, or one with a transaction open,
+        checkpoints nothing, and the call still fires with L{None}.
+        """
+        store = self.openStore()
+        # The schema, written at the open, into the file.
+        self.successResultOf(store.checkpoint())
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "1", uid=3)]))
+
+        def alone() -> set[str]:
+            # A copy of the database file without its -wal file.
+            copy = self.mktemp()
+            with open(self.path, "rb") as source, open(copy, "wb") as target:
+                target.write(source.read())
+            connection = sqlite3.connect(copy)
+            try:
+                return {key for (key,) in connection.execute("SELECT message_key FROM messages")}
+            finally:
+                connection.close()
+
+        self.assertEqual(alone(), set())
+        self.assertIsNone(self.successResultOf(store.checkpoint()))
+        self.assertEqual(alone(), {"1"})
+        self.successResultOf(store.recordOutcomes("job", [appended("INBOX", "2", uid=4)]))
+        store._open().execute("BEGIN")
+        self.assertIsNone(self.successResultOf(store.checkpoint()))
+        self.assertEqual(alone(), {"1"})
+        store._open().execute("ROLLBACK")
+        store.close()
+        self.assertIsNone(self.successResultOf(store.checkpoint()))
+
     def test_schema(self) -> None:
         """
         A new file gets the current schema version and WAL journal mode.

@@ -122,6 +122,21 @@ class MailboxesCreated:
     states: dict[str, MailboxState | CommandFailed]
 
 
+@dataclass(frozen=True)
+class _Claimed:
+    """
+    What L{DestinationPreparation._claimUses} did: the destination as
+    listed after, the folders' mappings onto it, and the mailboxes its
+    flight could not create, created (or found existing) and selected.
+    """
+
+    view: DestinationView
+    mappings: list[FolderMapping]
+    uncreatable: dict[str, str] = field(default_factory=dict)
+    present: frozenset[str] = frozenset()
+    states: dict[str, MailboxState | CommandFailed] = field(default_factory=dict)
+
+
 def _targetNames(plans: Sequence[tuple[FolderMapping, Sequence[SourceMessage]]]) -> list[str]:
     """
     The mailboxes messages go to: those of the plans with anything to
@@ -228,13 +243,29 @@ class DestinationPreparation:
         view = await DestinationView.read(self._session)
         if self._nameFallback:
             self._recorded = await self._fallback(view).recorded()
-        view, mappings = await self._claimUses(view, folders)
-        creating = Deferred.fromCoroutine(self._createMailboxes(view, mappings))
+        claimed = await self._claimUses(view, folders, selected)
+        view, mappings = claimed.view, claimed.mappings
+        # What the claims' flight did not create or select (nothing, unless
+        # a folder shares its use with one claimed).
+        creating = Deferred.fromCoroutine(
+            self._createMailboxes(
+                view, [m for m in mappings if m.mailbox not in claimed.uncreatable]
+            )
+        )
         selecting = Deferred.fromCoroutine(
-            self._session.selectEach(sorted({m.mailbox for m in mappings if selected(m.folder)}))
+            self._session.selectEach(
+                sorted({m.mailbox for m in mappings if selected(m.folder)} - claimed.states.keys())
+            )
         )
         (uncreatable, present), states = await bothOf(creating, selecting)
-        return MailboxesCreated(tuple(folders), view, mappings, uncreatable, present, states)
+        return MailboxesCreated(
+            tuple(folders),
+            view,
+            mappings,
+            claimed.uncreatable | uncreatable,
+            claimed.present | present,
+            claimed.states | states,
+        )
 
     async def prepare(
         self, listings: Sequence[FolderToCopy], created: MailboxesCreated | None = None
@@ -288,16 +319,29 @@ class DestinationPreparation:
         return FolderNameFallback(self._job, self._session, view.namespace, self._store, self._deadline)
 
     async def _claimUses(
-        self, view: DestinationView, sourceFolders: Sequence[SourceFolder]
-    ) -> tuple[DestinationView, list[FolderMapping]]:
+        self,
+        view: DestinationView,
+        sourceFolders: Sequence[SourceFolder],
+        selected: Callable[[SourceFolder], bool],
+    ) -> _Claimed:
         """
         Map C{sourceFolders}; a folder with a use the destination lacks
-        has its mailbox created first, alone: the server may give it the
-        use (by its configuration, or CREATE-SPECIAL-USE), and then every
-        folder of that use goes there, as it will on every later run and
-        for verify.
+        has its mailbox created first: the server may give it the use (by
+        its configuration, or CREATE-SPECIAL-USE), and then every folder
+        of that use goes there, as it will on every later run and for
+        verify.  The destination is listed again right behind those
+        CREATEs, and the folders mapped onto what it lists.
 
-        @return: the destination as then listed, and the mappings onto it.
+        A claim changes where the other folders of its use go, and with
+        what use their mailboxes are created, never where a folder without
+        a use goes: in the same flight go the CREATEs of those folders'
+        mailboxes (unless earlier runs recorded fallbacks, which follow
+        what exists), and after the LIST the SELECTs of the C{selected}
+        folders' mailboxes that then exist.  One round trip, where the
+        claims once took one of their own before the rest's.
+
+        @return: the destination as then listed, the mappings onto it,
+            and what the flight created, could not create and selected.
         """
         mappings = self._map(sourceFolders, view)
         claiming: dict[str, FolderMapping] = {}
@@ -305,12 +349,23 @@ class DestinationPreparation:
             if mapping.specialUse is not None and mapping.mailbox not in view.existing:
                 claiming.setdefault(mapping.specialUse, mapping)
         if not claiming:
-            return view, mappings
-        # The LIST goes right behind the CREATEs: one round trip.
-        claimed = Deferred.fromCoroutine(self._createMailboxes(view, list(claiming.values())))
+            return _Claimed(view, mappings)
+        flying = list(claiming.values())
+        if not self._recorded:
+            flying += [m for m in mappings if m.specialUse is None]
+        exist = view.existing | {m.mailbox for m in flying}
+        # Written in this order: CREATEs (and SUBSCRIBEs), LIST, SELECTs.
+        creating = Deferred.fromCoroutine(self._createMailboxes(view, flying))
         listed = Deferred.fromCoroutine(DestinationView.read(self._session, view.namespace))
-        _, view = await bothOf(claimed, listed)
-        return view, self._map(sourceFolders, view)
+        selecting = Deferred.fromCoroutine(
+            self._session.selectEach(
+                sorted({m.mailbox for m in mappings if selected(m.folder) and m.mailbox in exist})
+            )
+        )
+        (uncreatable, present), (view, states) = await bothOf(
+            creating, Deferred.fromCoroutine(bothOf(listed, selecting))
+        )
+        return _Claimed(view, self._map(sourceFolders, view), uncreatable, present, states)
 
     async def _planFolders(
         self, mappings: Sequence[FolderMapping], listings: Sequence[FolderToCopy]

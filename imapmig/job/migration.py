@@ -294,7 +294,7 @@ class MigrationJob:
             defer, self._stop,
         )  # fmt: skip
         self._units = SharedUnits(
-            settings.connections, settings.batchMessages, self._stop, self._recorder.flush
+            settings.connections, settings.batchMessages, self._stop, self._recorder.ending
         )
         preparation = MessagePreparation(self._recorder, eightBit == "fail")
         loop = CopyLoop(
@@ -526,6 +526,7 @@ class MigrationJob:
         """
         attempt = self._attempt = AttemptConnections()
         self._units.reset()
+        self._recorder.startAttempt()
         error: BaseException | None = None
         try:
             try:

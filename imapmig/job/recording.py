@@ -41,6 +41,11 @@ from imapmig.state.outage import OutageLog
 
 log = Logger()
 
+# Once an attempt's last share is taken (OutcomeRecorder.ending), outcomes
+# are recorded this fraction of recordEvery at a time (with the default
+# 2,000, 200: a full batch's reply).
+ENDING_DIVISOR = 10
+
 
 class JournalTicket:
     """
@@ -223,6 +228,10 @@ class OutcomeRecorder:
         )
         self._recordEvery = recordEvery
         self._recordInterval = recordInterval
+        # Once the attempt's last share is taken (ending): outcomes are
+        # recorded as soon as this many are buffered.
+        self._endingEvery = max(1, recordEvery // ENDING_DIVISOR)
+        self._ending = False
         self._buffer: list[MessageOutcome | AppendedRun] = []
         # How many outcomes _buffer holds (an AppendedRun holds several).
         self._buffered = 0
@@ -245,6 +254,31 @@ class OutcomeRecorder:
         self.unnamed = []
         self.error = None
         self._abandoned = False
+
+    def startAttempt(self) -> None:
+        """
+        An attempt begins: its outcomes are recorded C{recordEvery} at a
+        time until its last share is taken (L{ending}).
+        """
+        self._ending = False
+
+    def ending(self) -> Deferred[None]:
+        """
+        The attempt's last share is taken: what is left to record is that
+        share and what the connections still have in flight, whose replies
+        the server is still working on.  Record the outcomes buffered so
+        far now, and from now on a reply's worth at a time (a tenth of
+        C{recordEvery}, L{ENDING_DIVISOR}) rather than C{recordEvery}; then
+        let the store move what it has written to its file
+        (L{IStateStore.checkpoint}): all this is done while the server
+        stores the last batches, and what the job still records after the
+        last reply is that reply's outcomes alone.
+
+        @return: fires once recorded and checkpointed; never fails (the
+            recording's failure is the job's, as L{flush}'s).
+        """
+        self._ending = True
+        return self.flush().addCallback(lambda ignored: self._store.checkpoint())
 
     def abandon(self) -> None:
         """
@@ -410,8 +444,8 @@ class OutcomeRecorder:
             ticket.remaining = remaining - count
             if remaining > 0 >= ticket.remaining:
                 self._settled.append(ticket.entryId)
-        self._buffered += count
-        if self._buffered >= self._recordEvery:
+        buffered = self._buffered = self._buffered + count
+        if buffered >= self._recordEvery or (self._ending and buffered >= self._endingEvery):
             self.flush()
         elif self._timer is None:
             self._timer = self._clock.callLater(self._recordInterval, self.flush)

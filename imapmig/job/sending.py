@@ -507,12 +507,12 @@ class CopyLoop:
                 outgoing = self._preparation.prepare(unit, sent, chunk, bodies, destination)
                 connection.appends.enqueued(len(outgoing))
                 pipeline.enqueue(outgoing)
-                enqueued = True
+                firstStep, enqueued = not enqueued, True
                 if budgets is not None:
                     budgets.charge(_listed(chunk), _readOf(chunk, bodies), _sentOf(outgoing))
                 hungry = pipeline.hungry()
                 if hungry.called:
-                    await deferLater(self._clock, 0)
+                    await self._yieldToReactor(firstStep)
                 await hungry
         finally:
             steps.discard()
@@ -521,6 +521,19 @@ class CopyLoop:
         if not enqueued:
             # Stopped before any of it left: nothing to reconcile.
             self._recorder.unsent(ticket)
+
+    async def _yieldToReactor(self, firstStep: bool) -> None:
+        """
+        Let the reactor run between two read steps; after a unit's first
+        step, until it has polled its sockets once: a call made during the
+        reactor's I/O runs at its next timed calls, before it polls again,
+        and the step's APPEND, held by the transport behind the SELECT just
+        written, would leave only once the next step is read.  A second
+        call runs after a poll, which writes it.
+        """
+        await deferLater(self._clock, 0)
+        if firstStep:
+            await deferLater(self._clock, 0)
 
     def _traits(self, connection: _Connection, mailbox: str) -> DestinationTraits:
         """

@@ -18,7 +18,7 @@ from itertools import chain, groupby, repeat
 from operator import itemgetter
 from typing import Any, Iterable, Sequence
 
-from twisted.internet.defer import Deferred, fail
+from twisted.internet.defer import Deferred, fail, succeed
 from zope.interface import implementer
 
 from imapmig.errors import PermanentError
@@ -135,6 +135,13 @@ class OutcomeJournal(SQLStore):
     tables, one class for SQLite's and PostgreSQL's stores; each store's
     subclass writes them.
     """
+
+    def checkpoint(self) -> Deferred[None]:
+        """
+        See L{IStateStore.checkpoint}: nothing here (the PostgreSQL
+        server writes its log to its files itself).
+        """
+        return succeed(None)
 
     def appendedKeys(self, job: str, folderKey: str) -> Deferred[set[str]]:
         """
@@ -281,6 +288,24 @@ class SQLiteOutcomeJournal(OutcomeJournal, SQLiteBase):
     """
 
     _lastEntryId: int
+
+    def checkpoint(self) -> Deferred[None]:
+        """
+        See L{IStateStore.checkpoint}: the write-ahead log copied into the
+        database file now (C{PRAGMA wal_checkpoint(PASSIVE)}: without
+        waiting for any other connection, whatever they read or write),
+        so that the checkpoint of the store's close has only what is
+        written after to copy and sync.  Nothing while a transaction is
+        open, or once the store is closed; a checkpoint SQLite cannot make
+        now changes nothing (the close's makes it).
+        """
+        connection = self._connection
+        if connection is not None and not connection.in_transaction:
+            try:
+                connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except sqlite3.Error:
+                pass
+        return succeed(None)
 
     def recordOutcomes(
         self,

@@ -335,6 +335,18 @@ class IOutcomeJournal(Interface):
             ignored, so settling twice is harmless.
         """
 
+    def checkpoint() -> "Deferred[None]":
+        """
+        Most of what a job writes is written, and the job waits for its
+        last replies (L{imapmig.job.recording.OutcomeRecorder.ending}): a
+        moment to move what the store wrote into its files (SQLite copies
+        its write-ahead log into the database file, so that its close
+        has little left to copy and sync).  A hint only: what is recorded
+        is as durable before as after.
+
+        @return: fires with L{None} once done; never fails.
+        """
+
     def journalBatch(
         job: str,
         mailbox: str,
