@@ -118,6 +118,21 @@ class StateOpeningTests(SynchronousTestCase):
         opening.discard()
         self.successResultOf(store.recordJobFailure("job", "refused"))
 
+    def test_threadNotStarted(self) -> None:
+        """
+        A thread that cannot be started raises, with the switch interval
+        as it was.
+        """
+        import threading
+
+        def refuse(thread: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        self.patch(threading.Thread, "start", refuse)
+        sys.setswitchinterval(0.005)
+        self.assertRaises(RuntimeError, stateopen.StateOpening, self.path, self.clock.seconds)
+        self.assertAlmostEqual(sys.getswitchinterval(), 0.005)
+
     def test_openInThreadSQLite(self) -> None:
         """
         L{stateopen.openInThread} opens a SQLite state's file.

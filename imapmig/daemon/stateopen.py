@@ -64,7 +64,12 @@ class StateOpening:
         self._thread = threading.Thread(
             target=self._open, args=(seconds,), name="imapmig state open", daemon=True
         )
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            # No thread (none may be started): the interval as it was.
+            sys.setswitchinterval(self._interval)
+            raise
 
     def _open(self, seconds: Callable[[], float]) -> None:
         try:
