@@ -92,6 +92,47 @@ class StateOpeningTests(SynchronousTestCase):
         opening.store().close()
         self.assertRaises(RuntimeError, opening.store)
 
+    def test_discard(self) -> None:
+        """
+        L{stateopen.StateOpening.discard} (a start that fails before taking
+        the store) waits for the opening, closes the store, releasing its
+        lock, and restores the switch interval; the store is gone.
+        """
+        sys.setswitchinterval(0.005)
+        opening = stateopen.StateOpening(self.path, self.clock.seconds)
+        opening.discard()
+        self.assertAlmostEqual(sys.getswitchinterval(), 0.005)
+        StateFileLock.acquire(self.path, self.clock.seconds).release()
+        self.assertRaises(RuntimeError, opening.store)
+
+    def test_discardFailed(self) -> None:
+        """
+        Discarding an opening that failed, or whose store was taken, does
+        nothing more: no error, the taken store left open.
+        """
+        missing = os.path.join(self.path, "nowhere", "state.sqlite")
+        stateopen.StateOpening(missing, self.clock.seconds).discard()
+        opening = stateopen.StateOpening(self.path, self.clock.seconds)
+        store = opening.store()
+        self.addCleanup(store.close)
+        opening.discard()
+        self.successResultOf(store.recordJobFailure("job", "refused"))
+
+    def test_threadNotStarted(self) -> None:
+        """
+        A thread that cannot be started raises, with the switch interval
+        as it was.
+        """
+        import threading
+
+        def refuse(thread: threading.Thread) -> None:
+            raise RuntimeError("can't start new thread")
+
+        self.patch(threading.Thread, "start", refuse)
+        sys.setswitchinterval(0.005)
+        self.assertRaises(RuntimeError, stateopen.StateOpening, self.path, self.clock.seconds)
+        self.assertAlmostEqual(sys.getswitchinterval(), 0.005)
+
     def test_openInThreadSQLite(self) -> None:
         """
         L{stateopen.openInThread} opens a SQLite state's file.

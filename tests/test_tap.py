@@ -333,6 +333,58 @@ class LeanImportTests(SynchronousTestCase):
         self.assertEqual([job.name for job in options.config.jobs], ["j"])
 
 
+class StateOpeningStartTests(SynchronousTestCase):
+    """
+    L{tap.makeService} opens a SQLite state database in a thread
+    (L{imapmig.daemon.stateopen}) before it imports the service.
+    """
+
+    def test_failureBeforeTakingStore(self) -> None:
+        """
+        A start that fails between starting the opening and taking its
+        store (here L{tap.exitZeroAfterGracefulStop}; an import could as
+        well) restores the interpreter's switch interval and closes the
+        store, releasing its lock: the process is not left switching
+        threads every 0.2 ms, nor the file locked by a store nobody holds.
+        """
+        from imapmig.state.lock import StateFileLock
+
+        directory = os.path.abspath(self.mktemp())
+        for sub in ("cur", "new", "tmp"):
+            os.makedirs(os.path.join(directory, "Maildir", sub))
+        path = os.path.join(directory, "imapmig.yaml")
+        with open(path, "w") as f:
+            f.write(
+                f"state: {directory}/state.sqlite\n"
+                "status: off\n"
+                "servers:\n  s:\n    endpoint: 'tcp:127.0.0.1:1143'\n    starttls: 'off'\n"
+                "jobs:\n  - name: j\n"
+                f"    source: {{maildir: {directory}/Maildir}}\n"
+                f"    destination: {{server: s, user: u, password_file: {directory}/pw}}\n"
+            )
+        with open(os.open(os.path.join(directory, "pw"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("pw\n")
+        self.addCleanup(gc.enable)
+        self.addCleanup(gc.unfreeze)
+        self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
+        options = tap.Options()
+        options.parseOptions(["--config", path])
+        self.addCleanup(tap.resumeCollection)
+
+        def refuse(reactor: object) -> None:
+            raise RuntimeError("refused")
+
+        self.patch(tap, "limitHeapGrowth", lambda: True)
+        self.patch(tap, "quietStartFailures", lambda: None)
+        self.patch(tap, "exitZeroAfterGracefulStop", refuse)
+        sys.setswitchinterval(0.005)
+        self.assertRaises(RuntimeError, tap.makeService, options)
+        self.assertAlmostEqual(sys.getswitchinterval(), 0.005)
+        StateFileLock.acquire(
+            os.path.join(directory, "state.sqlite"), lambda: 1_700_000_000.0
+        ).release()
+
+
 class QuietStartFailuresTests(SynchronousTestCase):
     """
     L{tap.quietStartFailures} keeps an uncaught L{StatusListenerFailed}

@@ -22,7 +22,8 @@ The C{sqlite3} module lets other threads run while SQLite works (and
 waits for the disk); the thread then needs the interpreter back after
 each statement, which by default a busy thread gives up only every 5 ms.
 So while the opening runs, the interpreter's switch interval is lowered
-(L{SWITCH_INTERVAL}); it is restored when the store is taken.
+(L{SWITCH_INTERVAL}); it is restored when the store is taken, or
+discarded if the start fails before taking it (L{StateOpening.discard}).
 """
 
 from __future__ import annotations
@@ -63,7 +64,12 @@ class StateOpening:
         self._thread = threading.Thread(
             target=self._open, args=(seconds,), name="imapmig state open", daemon=True
         )
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:
+            # No thread (none may be started): the interval as it was.
+            sys.setswitchinterval(self._interval)
+            raise
 
     def _open(self, seconds: Callable[[], float]) -> None:
         try:
@@ -78,10 +84,13 @@ class StateOpening:
         @raise PermanentError: it could not be opened (what
             L{SQLiteStateStore} raises), raised again here; once.
         """
-        self._thread.join()
-        if self._interval is not None:
-            sys.setswitchinterval(self._interval)
-            self._interval = None
+        try:
+            self._thread.join()
+        finally:
+            # Restored however the wait ends (an interrupt included).
+            if self._interval is not None:
+                sys.setswitchinterval(self._interval)
+                self._interval = None
         error, self._error = self._error, None
         if error is not None:
             raise error
@@ -89,6 +98,20 @@ class StateOpening:
             raise RuntimeError(f"{self.path}: the state database was taken already")
         store, self._store = self._store, None
         return store
+
+    def discard(self) -> None:
+        """
+        The store is not wanted after all (the start failed before taking
+        it, L{imapmig.daemon.tap.makeService}): wait for the opening, restore
+        the switch interval, and close the store if it opened, releasing
+        its lock; an opening that failed, or a store taken already, is
+        left as it is.
+        """
+        try:
+            store = self.store()
+        except Exception:
+            return
+        store.close()
 
 
 def openInThread(state: object, seconds: Callable[[], float]) -> StateOpening | None:

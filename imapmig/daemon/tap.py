@@ -440,11 +440,16 @@ def makeService(options: Options) -> IService:
     # The state database opens (waiting for the disk) while the service's
     # modules are imported (imapmig.daemon.stateopen).
     opening = openInThread(options.config.state, reactor.seconds)
+    try:
+        from imapmig.daemon.service import buildService
 
-    from imapmig.daemon.service import buildService
-
-    whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
-    exitZeroAfterGracefulStop(reactor)
+        whenDone = exitWhenDone(reactor) if options["exit-when-done"] else None
+        exitZeroAfterGracefulStop(reactor)
+    except BaseException:
+        # Not left lowering the switch interval, nor holding the lock.
+        if opening is not None:
+            opening.discard()
+        raise
     try:
         store = None if opening is None else opening.store()
         root = buildService(options.config, reactor, whenDone=whenDone, store=store)
