@@ -23,6 +23,30 @@ from twisted.internet.error import ReactorNotRunning
 from twisted.trial.unittest import SynchronousTestCase
 
 from imapmig.daemon import tap
+
+def _writePlainConfig(directory: str) -> str:
+    """
+    Write into C{directory} a configuration of one plain-TCP job from an
+    empty Maildir, with its password file and a SQLite state database.
+
+    @return: the configuration file's path.
+    """
+    for sub in ("cur", "new", "tmp"):
+        os.makedirs(os.path.join(directory, "Maildir", sub))
+    path = os.path.join(directory, "imapmig.yaml")
+    with open(path, "w") as f:
+        f.write(
+            f"state: {directory}/state.sqlite\n"
+            "status: off\n"
+            "servers:\n  s:\n    endpoint: 'tcp:127.0.0.1:1143'\n    starttls: 'off'\n"
+            "jobs:\n  - name: j\n"
+            f"    source: {{maildir: {directory}/Maildir}}\n"
+            f"    destination: {{server: s, user: u, password_file: {directory}/pw}}\n"
+        )
+    with open(os.open(os.path.join(directory, "pw"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+        f.write("pw\n")
+    return path
+
 class _CoreReactor:
     """
     The part of L{IReactorCore} that L{tap.exitWhenDone} uses, as a real
@@ -311,20 +335,7 @@ class LeanImportTests(SynchronousTestCase):
         C{options.config}.
         """
         directory = os.path.abspath(self.mktemp())
-        for sub in ("cur", "new", "tmp"):
-            os.makedirs(os.path.join(directory, "Maildir", sub))
-        path = os.path.join(directory, "imapmig.yaml")
-        with open(path, "w") as f:
-            f.write(
-                f"state: {directory}/state.sqlite\n"
-                "status: off\n"
-                "servers:\n  s:\n    endpoint: 'tcp:127.0.0.1:1143'\n    starttls: 'off'\n"
-                "jobs:\n  - name: j\n"
-                f"    source: {{maildir: {directory}/Maildir}}\n"
-                f"    destination: {{server: s, user: u, password_file: {directory}/pw}}\n"
-            )
-        with open(os.open(os.path.join(directory, "pw"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("pw\n")
+        path = _writePlainConfig(directory)
         self.addCleanup(gc.enable)
         self.addCleanup(gc.unfreeze)
         options = tap.Options()
@@ -350,20 +361,7 @@ class StateOpeningStartTests(SynchronousTestCase):
         from imapmig.state.lock import StateFileLock
 
         directory = os.path.abspath(self.mktemp())
-        for sub in ("cur", "new", "tmp"):
-            os.makedirs(os.path.join(directory, "Maildir", sub))
-        path = os.path.join(directory, "imapmig.yaml")
-        with open(path, "w") as f:
-            f.write(
-                f"state: {directory}/state.sqlite\n"
-                "status: off\n"
-                "servers:\n  s:\n    endpoint: 'tcp:127.0.0.1:1143'\n    starttls: 'off'\n"
-                "jobs:\n  - name: j\n"
-                f"    source: {{maildir: {directory}/Maildir}}\n"
-                f"    destination: {{server: s, user: u, password_file: {directory}/pw}}\n"
-            )
-        with open(os.open(os.path.join(directory, "pw"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("pw\n")
+        path = _writePlainConfig(directory)
         self.addCleanup(gc.enable)
         self.addCleanup(gc.unfreeze)
         self.addCleanup(sys.setswitchinterval, sys.getswitchinterval())
